@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Installs everything wprof needs to build and test on a fresh Debian 12 machine.
+# Idempotent: each step checks whether its result is already there and skips if so.
+# Shared by .ci/run, the README's commands and (later) the Vagrant provision script.
+set -euo pipefail
+
+TC=nightly-2026-10-29          # keep in sync with rust-toolchain.toml
+BPF_LINKER_VERSION=0.13.0
+APT_PACKAGES=(build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils)
+
+log() { printf '[install %s] %s\n' "$(date +%T)" "$*" >&2; }
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# The Debian package starts a default cluster; the tests make their own, so stop it.
+if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q online; then
+  $SUDO pg_ctlcluster 15 main stop || true
+fi
+
+if ! command -v rustup >/dev/null; then
+  log "rustup"
+  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain none
+fi
+export PATH=$HOME/.cargo/bin:$PATH
+if ! rustup run "$TC" rustc --version >/dev/null 2>&1 || \
+   ! [ -d "$(rustc +$TC --print sysroot)/lib/rustlib/src/rust/library" ]; then
+  log "rust $TC + rust-src"
+  rustup toolchain install "$TC" --profile minimal --component rust-src,rustfmt,clippy
+fi
+
+# bpf-linker links against the nightly's own libLLVM; Debian's llvm-config (LLVM 14) is the
+# wrong one, so point LLVM_PREFIX at a directory holding the toolchain's library.
+S=$(rustc +$TC --print sysroot)/lib
+L=$(cd "$S" && ls libLLVM.so.* | head -n1)
+P=$HOME/.local/bpf-llvm
+mkdir -p "$P/lib"
+ln -sf "$S/$L" "$P/lib/libLLVM.so"
+ln -sf "$S/$L" "$P/lib/$L"
+if ! bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
+  log "bpf-linker $BPF_LINKER_VERSION"
+  LLVM_PREFIX=$P cargo +$TC install bpf-linker --version "$BPF_LINKER_VERSION" --locked --quiet
+fi
+
+if ! mountpoint -q /sys/kernel/tracing; then
+  $SUDO mount -t tracefs nodev /sys/kernel/tracing || log "could not mount tracefs (not fatal)"
+fi
+log "done"

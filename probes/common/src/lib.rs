@@ -1,0 +1,175 @@
+//! Types that cross the kernel/user boundary, declared once for both sides.
+//!
+//! The eBPF programs (probes/ebpf) write these into maps and the ring buffer; wprof's
+//! userspace reads them back with `aya::Pod`. Every struct is `#[repr(C)]` with explicit
+//! padding so both sides agree on the layout without any decoding by hand.
+#![no_std]
+
+/// Deepest per-thread phase stack kept in BPF. A recursion 100 deep must fit; deeper entries
+/// are counted as overflow instead of being recorded.
+pub const MAX_DEPTH: usize = 128;
+
+/// Largest number of phases one run may attach (phase ids index per-phase counters).
+pub const MAX_PHASES: u32 = 1024;
+
+/// Threads whose stacks BPF can track at once. Stacks are allocated on first use
+/// (BPF_F_NO_PREALLOC), so this bounds memory, it does not reserve it.
+pub const MAX_THREADS: u32 = 65_536;
+
+/// Distinct phase paths (tree nodes) whose definition has been sent to userspace.
+pub const MAX_NODES: u32 = 65_536;
+
+/// Default ring buffer size in bytes (must be a power of two and a multiple of the page size).
+pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+
+/// Bits 32..40 of an attach cookie hold the [`SiteKind`].
+pub const COOKIE_KIND_SHIFT: u64 = 32;
+
+/// Bit 40 of an entry cookie: the phase's return is detected by a uretprobe (not RET sites).
+pub const COOKIE_URETPROBE_BIT: u64 = 1 << 40;
+
+/// What kind of probe site an attach cookie names.
+#[repr(u32)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum SiteKind {
+    /// The function's entry (first instruction, or a safe later one).
+    Entry = 0,
+    /// A RET (or tail-call JMP) instruction inside the function: the stack pointer equals the
+    /// one seen at entry.
+    RetSite = 1,
+    /// A kernel uretprobe: fires after the return, stack pointer is entry + 8.
+    Uretprobe = 2,
+}
+
+/// Builds the attach cookie for a phase, a site kind and the phase's return mode.
+pub const fn cookie(phase: u32, kind: SiteKind, uretprobe: bool) -> u64 {
+    let flag = if uretprobe { COOKIE_URETPROBE_BIT } else { 0 };
+    ((kind as u64) << COOKIE_KIND_SHIFT) | flag | phase as u64
+}
+
+/// One open phase on a thread's stack.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Frame {
+    /// Path hash of this frame's tree node (parent node + phase).
+    pub node: u64,
+    /// Stack pointer at entry (points at the return address).
+    pub sp: u64,
+    /// Entry timestamp, CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// Time spent in completed child phases, ns.
+    pub child_ns: u64,
+    /// Return address found at `sp` on entry (tells a tail call from a stale frame).
+    pub ret_addr: u64,
+    /// Phase id (index into the profile's phases).
+    pub phase: u32,
+    /// 1 when the phase's return is a uretprobe, 0 for RET sites.
+    pub uretprobe: u32,
+}
+
+/// The per-thread stack of open phases. Lives in a BPF hash map keyed by pid_tgid so a lost
+/// ring-buffer event can never corrupt the nesting of later calls.
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct ThreadStack {
+    /// Number of valid frames.
+    pub len: u32,
+    /// Padding.
+    pub _pad: u32,
+    /// The frames, outermost first.
+    pub frames: [Frame; MAX_DEPTH],
+}
+
+/// Event kinds sent through the ring buffer.
+#[repr(u32)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum EventKind {
+    /// A completed phase call.
+    Span = 1,
+    /// The first sighting of a tree node: its parent node and phase.
+    NodeDef = 2,
+}
+
+/// A ring-buffer record. Spans and node definitions share one layout so userspace reads a single
+/// type.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Event {
+    /// An [`EventKind`] as u32.
+    pub kind: u32,
+    /// Phase id.
+    pub phase: u32,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Tree node (path hash).
+    pub node: u64,
+    /// Parent node (0 for a root).
+    pub parent: u64,
+    /// Entry time (span) in CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// Duration of the call, ns (span only).
+    pub dur_ns: u64,
+    /// Time in completed child phases, ns (span only).
+    pub child_ns: u64,
+    /// Depth of the node (0 = root).
+    pub depth: u32,
+    /// Padding.
+    pub _pad: u32,
+}
+
+/// Indices of the global counters (a per-CPU array summed by userspace).
+pub mod counter {
+    /// Span events dropped because the ring buffer was full.
+    pub const LOST_SPANS: u32 = 0;
+    /// Node definitions dropped because the ring buffer was full (retried on the next entry).
+    pub const LOST_NODE_DEFS: u32 = 1;
+    /// Returns that matched no open frame (e.g. the call started before attach).
+    pub const UNMATCHED_RETURNS: u32 = 2;
+    /// Open frames closed without a return (longjmp, exception, tail call out of a uretprobe).
+    pub const ABANDONED: u32 = 3;
+    /// Entries dropped because the thread's stack was already MAX_DEPTH deep.
+    pub const OVERFLOW: u32 = 4;
+    /// Entries dropped because no stack could be allocated for the thread.
+    pub const NO_STACK: u32 = 5;
+    /// Number of counters.
+    pub const COUNT: u32 = 8;
+}
+
+/// Per-node counters kept in BPF: what could not be reported as a span for that node.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct NodeCounters {
+    /// Spans of this node lost to a full ring buffer.
+    pub lost: u64,
+    /// Calls of this node abandoned (left without a return being seen).
+    pub abandoned: u64,
+}
+
+/// Per-phase counters kept in BPF.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct PhaseCounters {
+    /// Entries seen.
+    pub entries: u64,
+    /// Returns seen (matched or not).
+    pub returns: u64,
+    /// Returns that matched no open frame.
+    pub unmatched_returns: u64,
+    /// Entries dropped by stack overflow.
+    pub overflow: u64,
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: all four types are #[repr(C)], Copy, contain only integers, and have explicit
+    // padding fields, so every bit pattern is a valid value.
+    unsafe impl aya::Pod for super::Event {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::ThreadStack {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::NodeCounters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PhaseCounters {}
+}

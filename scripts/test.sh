@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up a fresh Debian 12 machine (idempotent) and runs every test: formatting, lints, unit
+# tests and the privileged integration tests (real probes; run as root, or they are skipped —
+# unless WPROF_REQUIRE_BPF=1, as CI sets, which makes a missing capability a failure).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./.ci/install.sh
+export PATH=$HOME/.cargo/bin:$PATH
+cargo fmt --all --check
+cargo clippy --release --all-targets -- -D warnings
+cargo test --release -- --test-threads=2

@@ -1,0 +1,19 @@
+//! The latency histogram every tree node carries.
+
+use hdrhistogram::Histogram;
+
+/// Durations in ns, log-linear buckets with 2 significant digits (≤ 1% error).
+pub type LatencyHistogram = Histogram<u64>;
+
+/// Longest duration a histogram records exactly: one hour. Longer calls saturate.
+pub const MAX_TRACKED_NS: u64 = 3_600_000_000_000;
+
+/// Significant digits kept: 2 gives at most 1% relative error per bucket.
+pub const SIGNIFICANT_DIGITS: u8 = 2;
+
+/// A new, empty latency histogram.
+pub fn new_histogram() -> LatencyHistogram {
+    // The bounds are constants that hdrhistogram accepts (1 <= low, high >= 2 * low, sigfig <= 5).
+    Histogram::new_with_bounds(1, MAX_TRACKED_NS, SIGNIFICANT_DIGITS)
+        .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"))
+}

@@ -1,0 +1,13 @@
+//! Aggregate: span events -> the phase tree.
+//!
+//! In: [`wprof_common::Event`]s (node definitions and completed spans) as collect decodes them,
+//! then the end-of-run counters read from BPF maps. Out: a [`PhaseTree`] — per tree node the
+//! call count, total and self time, an HDR histogram of durations, and what could not be
+//! measured (lost, abandoned, still open). Plain values only: nothing here touches BPF, so it is
+//! tested without root.
+
+mod histogram;
+mod tree;
+
+pub use histogram::{new_histogram, LatencyHistogram};
+pub use tree::{Aggregator, EndCounters, PhaseTree, TreeNode};

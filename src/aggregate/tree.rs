@@ -1,0 +1,304 @@
+//! Building the phase tree from node definitions and spans.
+
+use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+use nohash_hasher::NoHashHasher;
+use wprof_common::{Event, EventKind};
+
+use super::histogram::{new_histogram, LatencyHistogram};
+
+/// Node hashes are already mixed in BPF (splitmix64), so hashing them again is wasted work on
+/// the per-event path.
+type NodeMap<V> = HashMap<u64, V, BuildHasherDefault<NoHashHasher<u64>>>;
+
+#[derive(Debug, Clone, Copy)]
+struct NodeDef {
+    parent: u64,
+    phase: u32,
+}
+
+#[derive(Debug, Clone)]
+struct NodeStats {
+    count: u64,
+    total_ns: u64,
+    self_ns: u64,
+    hist: LatencyHistogram,
+}
+
+impl Default for NodeStats {
+    fn default() -> Self {
+        NodeStats { count: 0, total_ns: 0, self_ns: 0, hist: new_histogram() }
+    }
+}
+
+/// Accumulates events of one run.
+#[derive(Default)]
+pub struct Aggregator {
+    defs: NodeMap<NodeDef>,
+    stats: NodeMap<NodeStats>,
+    events: u64,
+}
+
+/// What BPF could not turn into spans, read from its maps when the run ends.
+#[derive(Debug, Clone, Default)]
+pub struct EndCounters {
+    /// Per node: spans lost to a full ring buffer.
+    pub lost: HashMap<u64, u64>,
+    /// Per node: calls left without a return (longjmp, exception).
+    pub abandoned: HashMap<u64, u64>,
+    /// Per node: calls still open when the run ended.
+    pub open: HashMap<u64, u64>,
+}
+
+/// One node of the phase tree: a phase reached through one path of ancestors.
+#[derive(Debug, Clone)]
+pub struct TreeNode {
+    /// Phase id.
+    pub phase: u32,
+    /// Phase name.
+    pub name: String,
+    /// Phase role, if the profile gives one.
+    pub role: Option<String>,
+    /// Completed calls.
+    pub count: u64,
+    /// Sum of call durations, ns.
+    pub total_ns: u64,
+    /// Sum of durations minus time in child phases, ns.
+    pub self_ns: u64,
+    /// Distribution of call durations, ns.
+    pub hist: LatencyHistogram,
+    /// Calls whose span was lost (ring buffer full): counted, not timed.
+    pub lost: u64,
+    /// Calls left without a return (longjmp, exception, skipped uretprobe): not timed.
+    pub abandoned: u64,
+    /// Calls still open at the end of the run.
+    pub open: u64,
+    /// Child nodes, largest total first.
+    pub children: Vec<TreeNode>,
+}
+
+impl TreeNode {
+    /// A node with no calls yet.
+    pub fn empty(phase: u32, name: String, role: Option<String>) -> TreeNode {
+        TreeNode {
+            phase,
+            name,
+            role,
+            count: 0,
+            total_ns: 0,
+            self_ns: 0,
+            hist: new_histogram(),
+            lost: 0,
+            abandoned: 0,
+            open: 0,
+            children: Vec::new(),
+        }
+    }
+
+    /// Mean duration of a completed call, ns.
+    pub fn mean_ns(&self) -> f64 {
+        if self.count == 0 {
+            0.0
+        } else {
+            self.total_ns as f64 / self.count as f64
+        }
+    }
+
+    /// Depth-first walk with the path of names from the root.
+    pub fn walk<'a>(&'a self, path: &mut Vec<&'a str>, f: &mut dyn FnMut(&[&'a str], &'a TreeNode)) {
+        path.push(&self.name);
+        f(path, self);
+        for c in &self.children {
+            c.walk(path, f);
+        }
+        path.pop();
+    }
+
+    /// Finds a descendant (or self) by a path of names, e.g. `["write", "persist", "flush"]`.
+    pub fn find(&self, path: &[&str]) -> Option<&TreeNode> {
+        match path.split_first() {
+            Some((first, rest)) if *first == self.name => {
+                if rest.is_empty() {
+                    Some(self)
+                } else {
+                    self.children.iter().find_map(|c| c.find(rest))
+                }
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The aggregated result of a run: one tree per root phase.
+#[derive(Debug, Clone, Default)]
+pub struct PhaseTree {
+    /// Root nodes (phases entered with no phase open on the thread), largest total first.
+    pub roots: Vec<TreeNode>,
+    /// Spans whose node definition never arrived (its ring-buffer record was lost).
+    pub orphan_spans: u64,
+    /// Events aggregated.
+    pub events: u64,
+}
+
+impl PhaseTree {
+    /// Finds a node by a path of names starting at a root.
+    pub fn find(&self, path: &[&str]) -> Option<&TreeNode> {
+        self.roots.iter().find_map(|r| r.find(path))
+    }
+}
+
+impl Aggregator {
+    /// An empty aggregator.
+    pub fn new() -> Aggregator {
+        Aggregator::default()
+    }
+
+    /// Adds one ring-buffer event.
+    #[inline]
+    pub fn add(&mut self, ev: &Event) {
+        self.events += 1;
+        if ev.kind == EventKind::NodeDef as u32 {
+            self.defs.insert(ev.node, NodeDef { parent: ev.parent, phase: ev.phase });
+        } else if ev.kind == EventKind::Span as u32 {
+            let s = self.stats.entry(ev.node).or_default();
+            s.count += 1;
+            s.total_ns += ev.dur_ns;
+            s.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
+            s.hist.saturating_record(ev.dur_ns.max(1));
+        }
+    }
+
+    /// Events added so far.
+    pub fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Builds the tree. `names[i]` and `roles[i]` describe phase id `i`.
+    pub fn finish(self, names: &[String], roles: &[Option<String>], end: &EndCounters) -> PhaseTree {
+        let Aggregator { defs, mut stats, events } = self;
+        let mut children: NodeMap<Vec<u64>> = NodeMap::default();
+        let mut roots = Vec::new();
+        for (&node, def) in &defs {
+            if def.parent == 0 {
+                roots.push(node);
+            } else {
+                children.entry(def.parent).or_default().push(node);
+            }
+        }
+        let orphan_spans = stats
+            .iter()
+            .filter(|(n, _)| !defs.contains_key(n))
+            .map(|(_, s)| s.count)
+            .sum();
+        let build = Builder { defs: &defs, children: &children, names, roles, end };
+        let mut roots: Vec<TreeNode> =
+            roots.into_iter().map(|n| build.node(n, &mut stats)).collect();
+        sort_by_total(&mut roots);
+        PhaseTree { roots, orphan_spans, events }
+    }
+}
+
+struct Builder<'a> {
+    defs: &'a NodeMap<NodeDef>,
+    children: &'a NodeMap<Vec<u64>>,
+    names: &'a [String],
+    roles: &'a [Option<String>],
+    end: &'a EndCounters,
+}
+
+impl Builder<'_> {
+    fn node(&self, node: u64, stats: &mut NodeMap<NodeStats>) -> TreeNode {
+        let phase = self.defs.get(&node).map_or(u32::MAX, |d| d.phase);
+        let name = self
+            .names
+            .get(phase as usize)
+            .cloned()
+            .unwrap_or_else(|| format!("phase#{phase}"));
+        let role = self.roles.get(phase as usize).cloned().flatten();
+        let mut t = TreeNode::empty(phase, name, role);
+        if let Some(s) = stats.remove(&node) {
+            t.count = s.count;
+            t.total_ns = s.total_ns;
+            t.self_ns = s.self_ns;
+            t.hist = s.hist;
+        }
+        t.lost = self.end.lost.get(&node).copied().unwrap_or(0);
+        t.abandoned = self.end.abandoned.get(&node).copied().unwrap_or(0);
+        t.open = self.end.open.get(&node).copied().unwrap_or(0);
+        if let Some(kids) = self.children.get(&node) {
+            t.children = kids.iter().map(|k| self.node(*k, stats)).collect();
+            sort_by_total(&mut t.children);
+        }
+        t
+    }
+}
+
+fn sort_by_total(nodes: &mut [TreeNode]) {
+    nodes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(node: u64, parent: u64, phase: u32) -> Event {
+        Event { kind: EventKind::NodeDef as u32, node, parent, phase, ..Event::default() }
+    }
+    fn span(node: u64, phase: u32, dur: u64, child: u64) -> Event {
+        Event {
+            kind: EventKind::Span as u32,
+            node,
+            phase,
+            dur_ns: dur,
+            child_ns: child,
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn builds_nested_tree_with_self_time() {
+        let mut a = Aggregator::new();
+        a.add(&def(10, 0, 0));
+        a.add(&def(11, 10, 1));
+        a.add(&def(12, 10, 2));
+        for _ in 0..3 {
+            a.add(&span(11, 1, 100, 0));
+            a.add(&span(12, 2, 50, 0));
+            a.add(&span(10, 0, 200, 150));
+        }
+        let names = vec!["write".into(), "encode".into(), "wal".into()];
+        let t = a.finish(&names, &[None, None, Some("wal".into())], &EndCounters::default());
+        assert_eq!(t.roots.len(), 1);
+        let w = &t.roots[0];
+        assert_eq!((w.count, w.total_ns, w.self_ns), (3, 600, 150));
+        assert_eq!(w.children.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["encode", "wal"]);
+        assert_eq!(t.find(&["write", "wal"]).unwrap().role.as_deref(), Some("wal"));
+        assert_eq!(t.find(&["write", "encode"]).unwrap().hist.len(), 3);
+        assert_eq!(t.events, 12);
+    }
+
+    #[test]
+    fn span_without_definition_is_an_orphan_not_a_root() {
+        let mut a = Aggregator::new();
+        a.add(&span(99, 0, 10, 0));
+        let t = a.finish(&["x".into()], &[None], &EndCounters::default());
+        assert!(t.roots.is_empty());
+        assert_eq!(t.orphan_spans, 1);
+    }
+
+    #[test]
+    fn end_counters_land_on_their_nodes() {
+        let mut a = Aggregator::new();
+        a.add(&def(1, 0, 0));
+        a.add(&def(2, 1, 1));
+        let mut end = EndCounters::default();
+        end.lost.insert(2, 7);
+        end.abandoned.insert(2, 1);
+        end.open.insert(1, 1);
+        let t = a.finish(&["r".into(), "c".into()], &[None, None], &end);
+        let c = t.find(&["r", "c"]).unwrap();
+        assert_eq!((c.lost, c.abandoned, c.count), (7, 1, 0));
+        assert_eq!(t.roots[0].open, 1);
+    }
+}

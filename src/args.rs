@@ -1,0 +1,241 @@
+//! The command line (clap derive). The `///` comments are the `--help` text.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::profile::ReturnMode;
+
+/// Attribute a program's write-path latency to its phases, from the outside, with eBPF.
+#[derive(Debug, Parser)]
+#[command(name = "wprof", version, about, long_about = None)]
+pub struct Cli {
+    /// The subcommand.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// wprof's subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Attach to running processes and print the phase tree when the run ends
+    /// (Ctrl-C, SIGTERM, --duration, or the exit of the last traced process).
+    Attach(AttachArgs),
+    /// Start a command with the probes already live, trace it to its exit, print the tree.
+    /// Exits with the command's status.
+    Record(RecordArgs),
+    /// Dry run: show what each phase of a profile resolves to, and what its probes cost.
+    Probes(ProbesArgs),
+    /// List the built-in attach profiles.
+    Targets,
+    /// Re-render a saved run (--json output).
+    Report(ReportArgs),
+}
+
+/// Which profile to use.
+#[derive(Debug, Args, Clone)]
+pub struct TargetArgs {
+    /// A built-in profile name (see `wprof targets`) or a path to a profile TOML.
+    #[arg(long, short = 't', value_name = "NAME|FILE.toml")]
+    pub target: String,
+}
+
+/// Tracing options shared by attach and record.
+#[derive(Debug, Args, Clone)]
+pub struct TraceArgs {
+    /// Stop after this long (e.g. 500ms, 30s, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Force the return detection of every phase (default: each phase's own, `auto` picks
+    /// RET-site probes for C++/Rust/Go and uretprobes for C).
+    #[arg(long = "return", value_enum, value_name = "MODE")]
+    pub return_mode: Option<ReturnArg>,
+    /// Ring buffer size (e.g. 64K, 8M). Too small a buffer loses events: they are counted.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "8M")]
+    pub ring_size: u32,
+    /// Do not print the tree on stdout (outputs still written).
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+}
+
+/// Output files.
+#[derive(Debug, Args, Clone, Default)]
+pub struct OutputArgs {
+    /// Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg).
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Write the run as JSON (schema v1, docs/json.md).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write folded stacks of self time, in ns (flamegraph.pl / inferno format).
+    #[arg(long, value_name = "FILE")]
+    pub folded: Option<PathBuf>,
+    /// Write a phase flamegraph (SVG) of wall time by phase path.
+    #[arg(long, value_name = "FILE.svg")]
+    pub flamegraph: Option<PathBuf>,
+}
+
+/// `wprof attach`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// Profile.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Process to trace (repeatable).
+    #[arg(long, short = 'p', value_name = "PID", required = true, value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Vec<u32>,
+    /// Tracing options.
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Outputs.
+    #[command(flatten)]
+    pub outputs: OutputArgs,
+}
+
+/// `wprof record`.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Profile.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Tracing options.
+    #[command(flatten)]
+    pub trace: TraceArgs,
+    /// Outputs.
+    #[command(flatten)]
+    pub outputs: OutputArgs,
+    /// The command and its arguments (after `--`).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `wprof probes`.
+#[derive(Debug, Args)]
+pub struct ProbesArgs {
+    /// Profile.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Resolve against a running process.
+    #[arg(long, short = 'p', conflicts_with = "binary", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Option<u32>,
+    /// Resolve against a binary on disk (the profile's "exe").
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Force the return detection of every phase.
+    #[arg(long = "return", value_enum, value_name = "MODE")]
+    pub return_mode: Option<ReturnArg>,
+}
+
+/// `wprof report`.
+#[derive(Debug, Args)]
+pub struct ReportArgs {
+    /// A run saved with --json.
+    pub run: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "tree")]
+    pub format: ReportFormat,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+}
+
+/// Formats `report` can write.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReportFormat {
+    /// The text tree.
+    Tree,
+    /// The JSON run (schema v1).
+    Json,
+    /// Folded stacks of self time (ns).
+    Folded,
+    /// A phase flamegraph.
+    Svg,
+}
+
+/// `--return` values.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ReturnArg {
+    /// Per phase: RET sites for C++/Rust/Go, uretprobe for C.
+    Auto,
+    /// A uprobe on every RET instruction: safe with exceptions and panics.
+    RetSites,
+    /// Kernel uretprobes: cheaper; an exception through the frame kills the target.
+    Uretprobe,
+}
+
+impl From<ReturnArg> for ReturnMode {
+    fn from(r: ReturnArg) -> ReturnMode {
+        match r {
+            ReturnArg::Auto => ReturnMode::Auto,
+            ReturnArg::RetSites => ReturnMode::RetSites,
+            ReturnArg::Uretprobe => ReturnMode::Uretprobe,
+        }
+    }
+}
+
+/// Parses `500ms`, `30s`, `2m`, `1h` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len()));
+    let v: f64 = num.parse().map_err(|_| format!("'{s}' is not a duration (try 500ms, 30s, 2m)"))?;
+    let secs = match unit {
+        "" | "s" => v,
+        "ms" => v / 1e3,
+        "us" | "µs" => v / 1e6,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        _ => return Err(format!("unknown unit '{unit}' in '{s}' (use ms, s, m or h)")),
+    };
+    if !(secs > 0.0 && secs.is_finite()) {
+        return Err(format!("duration '{s}' must be positive"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Parses `4096`, `64K`, `8M`, `1G` into bytes (at most 1 GiB).
+pub fn parse_size(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let (num, mult) = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('M') => (&t[..t.len() - 1], 1 << 20),
+        Some('G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a size (try 64K or 8M)"))?;
+    let bytes = n * mult;
+    if bytes == 0 || bytes > 1 << 30 {
+        return Err(format!("ring size '{s}' must be between 1 byte and 1G"));
+    }
+    Ok(bytes as u32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_and_sizes() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("3x").is_err());
+        assert!(parse_duration("0s").is_err());
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert!(parse_size("lots").is_err());
+    }
+
+    #[test]
+    fn record_takes_the_command_after_dashes() {
+        let cli = Cli::try_parse_from(["wprof", "record", "-t", "fixture", "--", "prog", "--flag"]).unwrap();
+        let Command::Record(r) = cli.command else { panic!("not record") };
+        assert_eq!(r.command, ["prog", "--flag"]);
+        assert_eq!(r.trace.ring_size, 8 << 20);
+    }
+
+    #[test]
+    fn attach_needs_a_pid() {
+        assert!(Cli::try_parse_from(["wprof", "attach", "-t", "fixture"]).is_err());
+        assert!(Cli::try_parse_from(["wprof", "attach", "-t", "x", "-p", "0"]).is_err());
+    }
+}

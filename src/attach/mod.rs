@@ -1,0 +1,191 @@
+//! Attach: resolved phases -> live uprobes owned by a [`Tracer`].
+//!
+//! In: [`ResolvedPhase`]s and the pids to trace. Out: a loaded BPF object with one entry probe
+//! per function and, per phase, either a uprobe on every exit site (RET-site mode) or a
+//! uretprobe. Every link is a file descriptor owned by the tracer: dropping it — or wprof
+//! dying, even by SIGKILL — detaches everything, so no probe outlives wprof.
+
+mod capabilities;
+
+use std::num::NonZeroU32;
+
+use anyhow::{Context, Result};
+use aya::{
+    include_bytes_aligned,
+    programs::{
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        UProbe,
+    },
+    Ebpf, EbpfLoader,
+};
+use wprof_common::{cookie, SiteKind};
+
+pub use capabilities::check_capabilities;
+
+use crate::error::WprofError;
+use crate::profile::ReturnMode;
+use crate::resolve::{ResolvedPhase, Status};
+
+/// The eBPF object built from probes/ebpf by build.rs.
+static BPF_OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wprof-ebpf"));
+
+const PROG_ENTRY: &str = "wprof_entry";
+const PROG_RET_SITE: &str = "wprof_ret_site";
+const PROG_URETPROBE: &str = "wprof_uretprobe";
+
+/// Options for loading the BPF side.
+#[derive(Debug, Clone, Copy)]
+pub struct TracerOptions {
+    /// Ring buffer size in bytes (rounded up to a power-of-two number of pages).
+    pub ring_bytes: u32,
+}
+
+/// The loaded BPF programs and maps, and every probe attached through them.
+pub struct Tracer {
+    ebpf: Ebpf,
+    links: usize,
+    detached: bool,
+}
+
+/// What an attach did.
+#[derive(Debug, Clone, Default)]
+pub struct AttachSummary {
+    /// Probe links created (entry + exit sites, per pid).
+    pub links: usize,
+}
+
+/// Rounds a requested ring size to what the kernel accepts: a power of two, at least a page.
+pub fn ring_size(requested: u32) -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+    requested.max(page).checked_next_power_of_two().unwrap_or(1 << 31)
+}
+
+impl Tracer {
+    /// Loads the BPF programs. Checks capabilities first so a missing one gets a clear error.
+    pub fn load(opts: TracerOptions) -> Result<Tracer> {
+        check_capabilities()?;
+        let ebpf = EbpfLoader::new()
+            .map_max_entries("EVENTS", ring_size(opts.ring_bytes))
+            .load(BPF_OBJECT)
+            .context("load wprof's BPF programs (see `dmesg` and docs/troubleshooting)")?;
+        let mut tracer = Tracer { ebpf, links: 0, detached: false };
+        for name in [PROG_ENTRY, PROG_RET_SITE, PROG_URETPROBE] {
+            tracer
+                .program(name)?
+                .load()
+                .with_context(|| format!("verify and load BPF program {name}"))?;
+        }
+        Ok(tracer)
+    }
+
+    fn program(&mut self, name: &str) -> Result<&mut UProbe> {
+        let prog = self
+            .ebpf
+            .program_mut(name)
+            .with_context(|| format!("BPF object has no program {name}"))?;
+        prog.try_into().with_context(|| format!("BPF program {name} is not a uprobe"))
+    }
+
+    /// Attaches every resolved phase in every pid. A pid that is gone gets a
+    /// [`WprofError::NoProcess`] error.
+    pub fn attach(&mut self, phases: &[ResolvedPhase], pids: &[u32]) -> Result<AttachSummary> {
+        let mut summary = AttachSummary::default();
+        for rp in phases.iter().filter(|p| matches!(p.status, Status::Resolved)) {
+            let uret = rp.return_mode == ReturnMode::Uretprobe;
+            for t in &rp.targets {
+                let entry = [point(t.entry.file_offset, cookie(rp.id, SiteKind::Entry, uret))];
+                let exits: Vec<UProbeAttachPoint<'static>> = if uret {
+                    vec![point(t.entry.file_offset, cookie(rp.id, SiteKind::Uretprobe, true))]
+                } else {
+                    t.exits
+                        .iter()
+                        .map(|s| point(s.file_offset, cookie(rp.id, SiteKind::RetSite, false)))
+                        .collect()
+                };
+                let exit_prog = if uret { PROG_URETPROBE } else { PROG_RET_SITE };
+                for &pid in pids {
+                    let scope = UProbeScope::OneProcess(
+                        NonZeroU32::new(pid).ok_or_else(|| WprofError::Usage("pid 0".into()))?,
+                    );
+                    let what = format!("phase '{}' ({} in {})", rp.phase.name, t.symbol, t.display_object);
+                    self.attach_points(PROG_ENTRY, entry.clone(), t, scope, pid, &what)?;
+                    if !exits.is_empty() {
+                        self.attach_points(exit_prog, exits.clone(), t, scope, pid, &what)?;
+                    }
+                    summary.links += 1 + exits.len();
+                }
+            }
+        }
+        self.links += summary.links;
+        Ok(summary)
+    }
+
+    fn attach_points(
+        &mut self,
+        prog: &str,
+        points: Vec<UProbeAttachPoint<'static>>,
+        target: &crate::resolve::ResolvedSymbol,
+        scope: UProbeScope,
+        pid: u32,
+        what: &str,
+    ) -> Result<()> {
+        let object = target.object.clone();
+        match self.program(prog)?.attach(points, &object, scope) {
+            Ok(_) => Ok(()),
+            Err(e) if !process_alive(pid) => Err(WprofError::NoProcess(format!(
+                "process {pid} exited while wprof was attaching {what}: {e}"
+            ))
+            .into()),
+            Err(e) => Err(anyhow::Error::new(e).context(format!("attach {what} in pid {pid}"))),
+        }
+    }
+
+    /// Detaches every probe (idempotent). Maps stay readable for the final counts.
+    pub fn detach(&mut self) {
+        if self.detached {
+            return;
+        }
+        for name in [PROG_ENTRY, PROG_RET_SITE, PROG_URETPROBE] {
+            if let Ok(p) = self.program(name) {
+                let _ = p.unload();
+            }
+        }
+        self.detached = true;
+    }
+
+    /// Probe links attached so far.
+    pub fn links(&self) -> usize {
+        self.links
+    }
+
+    /// The BPF object, for collect to take its maps.
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        self.detach();
+    }
+}
+
+fn point(file_offset: u64, cookie: u64) -> UProbeAttachPoint<'static> {
+    UProbeAttachPoint {
+        location: UProbeAttachLocation::AbsoluteOffset(file_offset),
+        cookie: Some(cookie),
+    }
+}
+
+/// Whether a process exists and has not exited (a zombie counts as exited).
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            // The state follows the parenthesised command name, which may itself hold spaces.
+            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            !matches!(state, Some("Z") | Some("X") | None)
+        }
+        Err(_) => false,
+    }
+}

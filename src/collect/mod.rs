@@ -1,0 +1,125 @@
+//! Collect: the BPF side's output -> plain values.
+//!
+//! In: the tracer's `EVENTS` ring buffer and, at the end of a run, its counter and stack maps.
+//! Out: [`Event`]s handed to a sink (the aggregator) as they arrive, then the end-of-run
+//! [`EndState`] (per-node lost/abandoned/open counts, per-phase hit counts, global counters).
+
+use std::os::fd::{AsRawFd, RawFd};
+
+use anyhow::{Context, Result};
+use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
+use wprof_common::{counter, Event, NodeCounters, PhaseCounters, ThreadStack};
+
+use crate::aggregate::EndCounters;
+use crate::attach::Tracer;
+
+/// Reads span and node events from the ring buffer.
+pub struct Collector {
+    ring: RingBuf<MapData>,
+}
+
+/// Counters read from BPF when the run ends.
+#[derive(Debug, Clone, Default)]
+pub struct EndState {
+    /// Per-node counters for the tree.
+    pub nodes: EndCounters,
+    /// Per-phase hit counters, indexed by phase id.
+    pub phases: Vec<PhaseCounters>,
+    /// Global counters, indexed by `wprof_common::counter`.
+    pub global: Vec<u64>,
+}
+
+impl EndState {
+    /// A global counter by index.
+    pub fn counter(&self, index: u32) -> u64 {
+        self.global.get(index as usize).copied().unwrap_or(0)
+    }
+}
+
+/// Decodes one ring-buffer record. Records of another size are ignored (None).
+#[inline]
+pub fn decode(bytes: &[u8]) -> Option<Event> {
+    if bytes.len() < std::mem::size_of::<Event>() {
+        return None;
+    }
+    // SAFETY: the length was checked, Event is plain integers (any bit pattern is valid) and
+    // read_unaligned copes with the ring buffer's 8-byte alignment.
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Event>()) })
+}
+
+impl Collector {
+    /// Takes the ring buffer out of the tracer.
+    pub fn new(tracer: &mut Tracer) -> Result<Collector> {
+        let map = tracer.ebpf_mut().take_map("EVENTS").context("BPF object has no EVENTS map")?;
+        let ring = RingBuf::try_from(map).context("EVENTS is not a ring buffer")?;
+        Ok(Collector { ring })
+    }
+
+    /// File descriptor to poll for readability.
+    pub fn fd(&self) -> RawFd {
+        self.ring.as_raw_fd()
+    }
+
+    /// Hands every available event to `sink`; returns how many were read.
+    pub fn drain(&mut self, mut sink: impl FnMut(&Event)) -> usize {
+        let mut n = 0;
+        while let Some(item) = self.ring.next() {
+            if let Some(ev) = decode(&item) {
+                sink(&ev);
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// Reads the end-of-run counters. Call after [`Tracer::detach`] so nothing changes underneath.
+pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
+    let ebpf = tracer.ebpf_mut();
+    let mut end = EndState::default();
+
+    let global: PerCpuArray<_, u64> =
+        PerCpuArray::try_from(ebpf.map("COUNTERS").context("no COUNTERS map")?)?;
+    for i in 0..counter::COUNT {
+        end.global.push(global.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0));
+    }
+
+    let phases: PerCpuArray<_, PhaseCounters> =
+        PerCpuArray::try_from(ebpf.map("PHASE_COUNTERS").context("no PHASE_COUNTERS map")?)?;
+    for i in 0..nphases as u32 {
+        let mut sum = PhaseCounters::default();
+        if let Ok(vals) = phases.get(&i, 0) {
+            for v in vals.iter() {
+                sum.entries += v.entries;
+                sum.returns += v.returns;
+                sum.unmatched_returns += v.unmatched_returns;
+                sum.overflow += v.overflow;
+            }
+        }
+        end.phases.push(sum);
+    }
+
+    let nodes: PerCpuHashMap<_, u64, NodeCounters> =
+        PerCpuHashMap::try_from(ebpf.map("NODE_COUNTERS").context("no NODE_COUNTERS map")?)?;
+    for item in nodes.iter() {
+        let (node, vals) = item.context("read NODE_COUNTERS")?;
+        let lost: u64 = vals.iter().map(|v| v.lost).sum();
+        let abandoned: u64 = vals.iter().map(|v| v.abandoned).sum();
+        if lost > 0 {
+            end.nodes.lost.insert(node, lost);
+        }
+        if abandoned > 0 {
+            end.nodes.abandoned.insert(node, abandoned);
+        }
+    }
+
+    let stacks: HashMap<_, u64, ThreadStack> =
+        HashMap::try_from(ebpf.map("STACKS").context("no STACKS map")?)?;
+    for item in stacks.iter() {
+        let (_, st) = item.context("read STACKS")?;
+        for f in st.frames.iter().take(st.len as usize) {
+            *end.nodes.open.entry(f.node).or_default() += 1;
+        }
+    }
+    Ok(end)
+}

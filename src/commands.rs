@@ -1,0 +1,111 @@
+//! The subcommands that do not trace: `probes` (dry run), `targets`, `report`.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+
+use crate::args::{ProbesArgs, ReportArgs, ReportFormat};
+use crate::error::WprofError;
+use crate::probe_cost;
+use crate::profile::{Profile, BUILTIN};
+use crate::render;
+use crate::resolve::{self, Scope, Status};
+use crate::session::{self, status_text};
+
+/// `wprof targets`: the built-in profiles, one line each.
+pub fn targets() -> Result<i32> {
+    for (name, text) in BUILTIN {
+        let p = Profile::parse(text, name)?;
+        println!("{:<14} {:>3} phases  {}", p.name, p.phases.len(), p.description);
+    }
+    Ok(0)
+}
+
+/// `wprof probes`: one row per phase with what it resolved to; exit 4 if a required phase
+/// did not resolve.
+pub fn probes(a: ProbesArgs) -> Result<i32> {
+    let profile = Profile::load(&a.target.target)?;
+    let scope = match (a.pid, &a.binary) {
+        (Some(pid), _) => Scope::Pids(vec![pid]),
+        (None, Some(b)) => Scope::Binary(b.clone()),
+        (None, None) => {
+            return Err(WprofError::Usage("probes needs --pid PID or --binary PATH".into()).into())
+        }
+    };
+    let profile = session::override_returns(&profile, a.return_mode.map(Into::into));
+    let phases = resolve::resolve_profile(&profile, &scope)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(
+        out,
+        "{:<18} {:<24} {:<44} {:>10} {:<10} {:>5} {:<11} {:>8}  status",
+        "phase", "object", "symbol", "offset", "return", "exits", "entry cost", "pair µs"
+    )?;
+    for p in &phases {
+        if p.targets.is_empty() {
+            writeln!(out, "{:<18} {:<24} {:<44} {:>10} {:<10} {:>5} {:<11} {:>8}  {}", p.phase.name, "-", p.phase.symbol.as_deref().or(p.phase.syscall.as_deref()).unwrap_or("-"), "-", "-", "-", "-", "-", status_text(&p.status))?;
+            if let Status::Unresolved { nearest, .. } = &p.status {
+                if !nearest.is_empty() {
+                    writeln!(out, "{:<18} nearest: {}", "", nearest.join(", "))?;
+                }
+            }
+            continue;
+        }
+        for t in &p.targets {
+            let obj = std::path::Path::new(&t.display_object)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            writeln!(
+                out,
+                "{:<18} {:<24} {:<44} {:>#10x} {:<10} {:>5} {:<11} {:>8.1}  {}",
+                p.phase.name,
+                obj,
+                truncate(&t.demangled, 44),
+                t.entry.file_offset,
+                p.return_mode.as_str(),
+                if p.return_mode == crate::profile::ReturnMode::Uretprobe { "-".to_string() } else { t.exits.len().to_string() },
+                probe_cost::class_name(t.entry.cost),
+                probe_cost::pair_ns(p) / 1000.0,
+                status_text(&p.status)
+            )?;
+        }
+    }
+    writeln!(out, "pair µs: {}", probe_cost::MODEL)?;
+    drop(out);
+    if let Some(err) = resolve::unresolved_required(&phases) {
+        return Err(err.into());
+    }
+    Ok(0)
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n - 1).collect();
+        format!("{t}…")
+    }
+}
+
+/// `wprof report RUN.json`: re-renders a saved run.
+pub fn report(a: ReportArgs) -> Result<i32> {
+    let text = std::fs::read_to_string(&a.run).with_context(|| format!("read {}", a.run.display()))?;
+    let run = render::from_json(&text).with_context(|| format!("{} is not a wprof run", a.run.display()))?;
+    let kind = match a.format {
+        ReportFormat::Tree => session::OutputKind::Tree,
+        ReportFormat::Json => session::OutputKind::Json,
+        ReportFormat::Folded => session::OutputKind::Folded,
+        ReportFormat::Svg => session::OutputKind::Svg,
+    };
+    match &a.output {
+        Some(p) => {
+            let mut f = std::io::BufWriter::new(
+                std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?,
+            );
+            session::render_to(&run, kind, &mut f)?;
+            f.flush()?;
+        }
+        None => session::render_to(&run, kind, &mut std::io::stdout().lock())?,
+    }
+    Ok(0)
+}

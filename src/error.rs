@@ -1,0 +1,46 @@
+//! Errors a caller branches on, and the exit codes they map to (docs/exit-codes in README).
+
+use thiserror::Error;
+
+/// Errors with a documented exit code. Everything else is a runtime error (exit 1).
+#[derive(Debug, Error)]
+pub enum WprofError {
+    /// Bad command-line usage (exit 2).
+    #[error("{0}")]
+    Usage(String),
+    /// A profile that does not parse or validate (exit 2).
+    #[error("{0}")]
+    Profile(String),
+    /// A required phase did not resolve (exit 4).
+    #[error("{0}")]
+    Unresolved(String),
+    /// The host cannot trace: missing capability, no BPF (exit 1, with the fix in the text).
+    #[error("{0}")]
+    Permission(String),
+    /// A traced process does not exist or went away before attach finished (exit 1).
+    #[error("{0}")]
+    NoProcess(String),
+}
+
+/// Exit codes, as documented in the README.
+pub mod exit {
+    /// Success.
+    pub const OK: i32 = 0;
+    /// Runtime error.
+    pub const RUNTIME: i32 = 1;
+    /// Usage error (arguments, malformed profile).
+    pub const USAGE: i32 = 2;
+    /// A check or compare threshold failed.
+    pub const CHECK_FAILED: i32 = 3;
+    /// A required phase could not be resolved.
+    pub const UNRESOLVED: i32 = 4;
+}
+
+/// The exit code for an error that ended the program.
+pub fn exit_code(err: &anyhow::Error) -> i32 {
+    match err.downcast_ref::<WprofError>() {
+        Some(WprofError::Usage(_)) | Some(WprofError::Profile(_)) => exit::USAGE,
+        Some(WprofError::Unresolved(_)) => exit::UNRESOLVED,
+        _ => exit::RUNTIME,
+    }
+}

@@ -1,0 +1,19 @@
+//! wprof: attribute the latency of a program's write path to its phases, from the outside.
+//!
+//! The stages, each a module: [`resolve`] (profile + binary -> probe sites) -> [`attach`]
+//! (sites -> live uprobes) -> [`collect`] (ring buffer -> events) -> [`aggregate`]
+//! (events -> phase tree) -> [`render`] (tree -> text, JSON, folded, SVG). [`session`] runs
+//! them for `attach` and `record`; [`commands`] implements the other subcommands.
+
+pub mod aggregate;
+pub mod args;
+pub mod attach;
+pub mod collect;
+pub mod commands;
+pub mod error;
+pub mod model;
+pub mod probe_cost;
+pub mod profile;
+pub mod render;
+pub mod resolve;
+pub mod session;

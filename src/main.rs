@@ -1,0 +1,23 @@
+//! wprof's entry point: parse arguments, dispatch, map errors to exit codes.
+
+use clap::Parser;
+use wprof::args::{Cli, Command};
+use wprof::{commands, error, session};
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Attach(a) => session::attach(a),
+        Command::Record(r) => session::record(r),
+        Command::Probes(p) => commands::probes(p),
+        Command::Targets => commands::targets(),
+        Command::Report(r) => commands::report(r),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("wprof: {e:#}");
+            std::process::exit(error::exit_code(&e));
+        }
+    }
+}

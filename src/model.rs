@@ -1,0 +1,130 @@
+//! The run as data: provenance, per-phase attach facts, counters, probe cost and the tree.
+//!
+//! Built by the session at the end of `attach`/`record`, consumed by render (text, JSON,
+//! folded, SVG). `--json` writes exactly this (schema v1, docs/json.md), and `report` reads it
+//! back, so everything printed about a run comes from this one value.
+
+use crate::aggregate::PhaseTree;
+
+/// JSON schema version written and accepted.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Where and how the run was made.
+#[derive(Debug, Clone, Default)]
+pub struct Provenance {
+    /// wprof's version.
+    pub wprof_version: String,
+    /// Host name.
+    pub host: String,
+    /// Kernel release (uname -r).
+    pub kernel: String,
+    /// Start time, seconds since the epoch.
+    pub started_unix: u64,
+    /// Wall time of the run, seconds.
+    pub duration_s: f64,
+    /// Traced pids.
+    pub pids: Vec<u32>,
+    /// The command, for `record`.
+    pub command: Option<Vec<String>>,
+    /// Profile name.
+    pub profile_name: String,
+    /// Where the profile came from (builtin:NAME or a path).
+    pub profile_origin: String,
+    /// Short hash of the profile text.
+    pub profile_hash: String,
+    /// Probed objects with their build ids.
+    pub objects: Vec<ObjectInfo>,
+    /// Why the run ended (duration, signal, target exit).
+    pub end_reason: String,
+}
+
+/// A probed object file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectInfo {
+    /// Path as the target sees it.
+    pub path: String,
+    /// GNU build id, hex.
+    pub build_id: Option<String>,
+}
+
+/// What was attached for a phase and what its probes saw.
+#[derive(Debug, Clone, Default)]
+pub struct PhaseInfo {
+    /// Phase id.
+    pub id: u32,
+    /// Phase name.
+    pub name: String,
+    /// Role tag.
+    pub role: Option<String>,
+    /// Object path (target's view); empty when unresolved.
+    pub object: String,
+    /// Symbol(s) as resolved (mangled).
+    pub symbols: Vec<String>,
+    /// Return mode used: "ret-sites" or "uretprobe" ("-" when not attached).
+    pub return_mode: String,
+    /// Cost class of the entry instruction ("nop", "emulated", "single-step").
+    pub entry_cost: String,
+    /// Number of RET/tail-JMP sites probed (ret-sites mode).
+    pub exit_sites: u32,
+    /// "attached", "unresolved: ...", "unsupported: ...".
+    pub status: String,
+    /// Entry probe hits.
+    pub entries: u64,
+    /// Return probe hits.
+    pub returns: u64,
+    /// Returns that matched no open call.
+    pub unmatched_returns: u64,
+    /// Entries dropped because the thread's stack was full.
+    pub overflow: u64,
+    /// Estimated cost of one entry+return pair of this phase's probes, ns.
+    pub probe_pair_ns: f64,
+}
+
+/// Run-wide counters.
+#[derive(Debug, Clone, Default)]
+pub struct Counters {
+    /// Ring-buffer events read.
+    pub events: u64,
+    /// Spans lost to a full ring buffer.
+    pub lost_spans: u64,
+    /// Node definitions lost (retried; spans of a never-defined node are orphans).
+    pub lost_node_defs: u64,
+    /// Spans whose node was never defined.
+    pub orphan_spans: u64,
+    /// Returns that matched no open call.
+    pub unmatched_returns: u64,
+    /// Calls left without a seen return.
+    pub abandoned: u64,
+    /// Calls still open at the end.
+    pub open_at_end: u64,
+    /// Entries dropped: stack deeper than the BPF limit.
+    pub overflow: u64,
+    /// Entries dropped: no stack could be allocated.
+    pub no_stack: u64,
+}
+
+/// The probe-cost estimate of the run.
+#[derive(Debug, Clone, Default)]
+pub struct ProbeCost {
+    /// How the per-hit costs were obtained ("estimated" until calibration lands).
+    pub model: String,
+    /// Total probe hits (entries + returns).
+    pub hits: u64,
+    /// Estimated time the probes added to the target, ns.
+    pub added_ns: f64,
+}
+
+/// A whole run.
+#[derive(Debug, Clone, Default)]
+pub struct Run {
+    /// Provenance.
+    pub provenance: Provenance,
+    /// One entry per profile phase.
+    pub phases: Vec<PhaseInfo>,
+    /// Counters.
+    pub counters: Counters,
+    /// Probe cost.
+    pub probe_cost: ProbeCost,
+    /// The phase tree.
+    pub tree: PhaseTree,
+}

@@ -1,0 +1,220 @@
+//! Attach profiles: which functions (and later kernel events) are a program's write-path phases.
+//!
+//! In: a built-in profile name (attach-profiles/*.toml, embedded at build time) or a path to a
+//! user's TOML. Out: a validated [`Profile`]. Format: docs/profiles.md.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::WprofError;
+
+/// The built-in profiles, embedded from attach-profiles/ so the binary is self-contained.
+pub const BUILTIN: &[(&str, &str)] = &[
+    ("fixture", include_str!("../attach-profiles/fixture.toml")),
+    ("fixture-cxx", include_str!("../attach-profiles/fixture-cxx.toml")),
+    ("postgres", include_str!("../attach-profiles/postgres.toml")),
+];
+
+/// How a phase's return is detected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReturnMode {
+    /// RET-site probes for C++, Rust and Go code; uretprobes for C.
+    #[default]
+    Auto,
+    /// A uprobe on every RET (and tail-call JMP) instruction: safe when exceptions, panics or
+    /// moving stacks pass through the frame; the RET is single-stepped, so it costs more.
+    RetSites,
+    /// A kernel uretprobe: cheaper, but an exception unwinding through the frame kills the
+    /// target, and more than 64 pending returns per thread are dropped by the kernel.
+    Uretprobe,
+}
+
+impl ReturnMode {
+    /// The spelling used in profiles and outputs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReturnMode::Auto => "auto",
+            ReturnMode::RetSites => "ret-sites",
+            ReturnMode::Uretprobe => "uretprobe",
+        }
+    }
+}
+
+/// One phase of a profile.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// Unique name within the profile; what the tree shows.
+    pub name: String,
+    /// Exact mangled name (starts with `_Z` or `_R`) or a name/glob on the demangled name.
+    pub symbol: Option<String>,
+    /// Object holding the symbol, overriding the profile's default.
+    pub object: Option<String>,
+    /// Optional tag aligning phases of different engines (insert, index, wal, commit, io...).
+    pub role: Option<String>,
+    /// An optional phase that does not resolve is a warning; a required one is exit 4.
+    #[serde(default)]
+    pub optional: bool,
+    /// Return detection for this phase.
+    #[serde(default, rename = "return")]
+    pub return_mode: ReturnMode,
+    /// Attach every distinct match instead of failing on ambiguity.
+    #[serde(default)]
+    pub all_matches: bool,
+    /// Kernel phase: a syscall's enter/exit tracepoints (not supported yet).
+    pub syscall: Option<String>,
+    /// Kernel phase: a tracepoint pair (not supported yet).
+    pub tracepoint: Option<String>,
+    /// Integer argument to capture (0-based) or "retval" (not supported yet).
+    pub arg: Option<toml::Value>,
+    /// Unit of the captured argument (rows, bytes...).
+    pub unit: Option<String>,
+    /// Count only calls made inside this other phase (not supported yet).
+    pub under: Option<String>,
+}
+
+/// A whole attach profile.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Profile name.
+    pub name: String,
+    /// One line for `wprof targets`.
+    #[serde(default)]
+    pub description: String,
+    /// Default object of the phases: a path, a file name searched in the target's maps and the
+    /// usual library dirs, or "exe".
+    #[serde(default = "default_object")]
+    pub object: String,
+    /// The phases, in profile order (their index is the phase id).
+    #[serde(rename = "phase", default)]
+    pub phases: Vec<Phase>,
+    /// Raw TOML text, kept for hashing into the run's provenance.
+    #[serde(skip)]
+    pub source: String,
+    /// Where the profile came from ("builtin:NAME" or a path).
+    #[serde(skip)]
+    pub origin: String,
+}
+
+fn default_object() -> String {
+    "exe".to_string()
+}
+
+impl Profile {
+    /// Parses and validates a profile's TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Profile, WprofError> {
+        let mut profile: Profile = toml::from_str(text).map_err(|e| {
+            // toml's message already holds "line N, column M" and the offending line.
+            WprofError::Profile(format!("{origin}: {e}"))
+        })?;
+        profile.source = text.to_string();
+        profile.origin = origin.to_string();
+        profile.validate()?;
+        Ok(profile)
+    }
+
+    /// Loads `--target`: a built-in name, or a path to a TOML file (anything with a `/` or
+    /// ending in `.toml`).
+    pub fn load(target: &str) -> Result<Profile, WprofError> {
+        if let Some((name, text)) = BUILTIN.iter().find(|(n, _)| *n == target) {
+            return Profile::parse(text, &format!("builtin:{name}"));
+        }
+        let looks_like_path = target.contains('/') || target.ends_with(".toml");
+        if looks_like_path || Path::new(target).exists() {
+            let text = std::fs::read_to_string(target).map_err(|e| {
+                WprofError::Profile(format!("cannot read profile {target}: {e}"))
+            })?;
+            return Profile::parse(&text, target);
+        }
+        let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
+        Err(WprofError::Usage(format!(
+            "no built-in profile '{target}' (built-in: {}); pass a path to a .toml profile",
+            names.join(", ")
+        )))
+    }
+
+    fn validate(&self) -> Result<(), WprofError> {
+        let err = |m: String| Err(WprofError::Profile(format!("{}: {m}", self.origin)));
+        if self.phases.is_empty() {
+            return err("no [[phase]] entries".into());
+        }
+        if self.phases.len() > wprof_common::MAX_PHASES as usize {
+            return err(format!("{} phases; at most {}", self.phases.len(), wprof_common::MAX_PHASES));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for p in &self.phases {
+            if !seen.insert(p.name.as_str()) {
+                return err(format!("phase name '{}' is used twice", p.name));
+            }
+            let kinds = [p.symbol.is_some(), p.syscall.is_some(), p.tracepoint.is_some()];
+            if kinds.iter().filter(|k| **k).count() != 1 {
+                return err(format!(
+                    "phase '{}' needs exactly one of symbol, syscall or tracepoint",
+                    p.name
+                ));
+            }
+            if let Some(u) = &p.under {
+                if !self.phases.iter().any(|q| &q.name == u) {
+                    return err(format!("phase '{}': under = '{u}' names no phase", p.name));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A short stable hash of the profile text (for provenance).
+    pub fn hash(&self) -> String {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(self.source.as_bytes());
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+
+    /// The object a phase lives in.
+    pub fn object_of<'a>(&'a self, phase: &'a Phase) -> &'a str {
+        phase.object.as_deref().unwrap_or(&self.object)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_builtin_parses() {
+        for (name, text) in BUILTIN {
+            let p = Profile::parse(text, name).unwrap();
+            assert_eq!(&p.name, name);
+            assert!(!p.phases.is_empty());
+        }
+    }
+
+    #[test]
+    fn malformed_profile_names_line_and_column() {
+        let e = Profile::parse("name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = \n", "t.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("t.toml"), "{e}");
+        assert!(e.contains("line 4"), "{e}");
+        assert!(e.contains("column"), "{e}");
+    }
+
+    #[test]
+    fn unknown_key_and_duplicate_names_are_refused() {
+        let e = Profile::parse("name='x'\n[[phase]]\nname='a'\nsymbl='f'\n", "t").unwrap_err();
+        assert!(e.to_string().contains("symbl"), "{e}");
+        let e = Profile::parse(
+            "name='x'\n[[phase]]\nname='a'\nsymbol='f'\n[[phase]]\nname='a'\nsymbol='g'\n",
+            "t",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("used twice"), "{e}");
+    }
+
+    #[test]
+    fn unknown_builtin_is_a_usage_error() {
+        assert!(matches!(Profile::load("nope"), Err(WprofError::Usage(_))));
+    }
+}

@@ -1,0 +1,359 @@
+//! Symbol matching (design.md, "Attach profiles"): a phase's `symbol` pattern -> functions.
+//!
+//! In: an [`ObjectSymbols`], a pattern and `all_matches`. Out: the matched functions, one per
+//! address (aliases count once), or a [`MatchError`]: nothing matched (with the nearest names to
+//! suggest), several distinct functions matched (listed), or a malformed glob.
+//! Rules: a pattern starting with `_Z` or `_R` is an exact mangled name (a glob on mangled names
+//! if it has metacharacters); anything else is compared with the demangled name (no parameters,
+//! no Rust hash): exactly first, then as a glob if it has `*`, `?` or `[`. In globs `*` crosses
+//! `::` and `/`, `\` escapes `[ ] * ?`, and `{ }` are literal (they occur in C++ and Go names).
+
+use globset::{GlobBuilder, GlobMatcher};
+use strsim::{jaro_winkler, normalized_damerau_levenshtein};
+
+use super::symbols::{Function, ObjectSymbols, SymbolName};
+
+/// How many matches an ambiguity error lists.
+const LIST_MAX: usize = 10;
+
+/// One matched function, with the name that matched.
+#[derive(Debug, Clone, Copy)]
+pub struct Match<'a> {
+    /// The function.
+    pub function: &'a Function,
+    /// Its name that matched (the preferred name when several did).
+    pub name: &'a SymbolName,
+}
+
+/// Why a pattern did not give exactly the functions to probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MatchError {
+    /// Nothing matched; the nearest names, best first.
+    NoMatch {
+        /// Similar names to suggest.
+        nearest: Vec<String>,
+    },
+    /// Several distinct functions matched and the phase does not say `all_matches`.
+    Ambiguous {
+        /// How many matched.
+        count: usize,
+        /// The first ones, as `demangled (mangled)`.
+        listed: Vec<String>,
+    },
+    /// The glob does not compile.
+    BadPattern(String),
+}
+
+/// A compiled pattern.
+enum Pattern {
+    /// Compared with the mangled names.
+    Mangled { literal: String, glob: Option<GlobMatcher> },
+    /// Compared with the demangled names.
+    Demangled { raw: String, literal: String, glob: Option<GlobMatcher> },
+}
+
+impl Pattern {
+    fn compile(pattern: &str) -> Result<Pattern, MatchError> {
+        let glob = if has_glob_meta(pattern) { Some(compile_glob(pattern)?) } else { None };
+        let literal = unescape(pattern);
+        if pattern.starts_with("_Z") || pattern.starts_with("_R") {
+            Ok(Pattern::Mangled { literal, glob })
+        } else {
+            Ok(Pattern::Demangled { raw: pattern.to_string(), literal, glob })
+        }
+    }
+
+    /// Literal (exact) hit on `n`.
+    fn exact(&self, n: &SymbolName) -> bool {
+        match self {
+            Pattern::Mangled { literal, .. } => {
+                n.mangled == *literal || super::demangle::strip_suffixes(&n.mangled) == literal
+            }
+            Pattern::Demangled { raw, literal, .. } => n.demangled == *raw || n.demangled == *literal,
+        }
+    }
+
+    /// Glob hit on `n` (false when the pattern is no glob).
+    fn glob(&self, n: &SymbolName) -> bool {
+        match self {
+            Pattern::Mangled { glob: Some(g), .. } => g.is_match(&n.mangled),
+            Pattern::Demangled { glob: Some(g), .. } => g.is_match(&n.demangled),
+            _ => false,
+        }
+    }
+}
+
+/// True if `p` has an unescaped `*`, `?` or `[`.
+pub fn has_glob_meta(p: &str) -> bool {
+    let mut escaped = false;
+    for c in p.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '*' | '?' | '[' => return true,
+            _ => {}
+        }
+    }
+    false
+}
+
+/// `p` with its backslash escapes resolved (`foo\[abi:cxx11\]` -> `foo[abi:cxx11]`).
+fn unescape(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    let mut chars = p.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.extend(chars.next()),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn compile_glob(p: &str) -> Result<GlobMatcher, MatchError> {
+    // globset reads `{a,b}` as alternatives and `**` as a path wildcard: make both plain.
+    let mut g = String::with_capacity(p.len() + 8);
+    let mut chars = p.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                g.push('\\');
+                g.extend(chars.next());
+            }
+            '{' | '}' => {
+                g.push('\\');
+                g.push(c);
+            }
+            '*' => {
+                g.push('*');
+                while chars.peek() == Some(&'*') {
+                    chars.next();
+                }
+            }
+            _ => g.push(c),
+        }
+    }
+    GlobBuilder::new(&g)
+        .literal_separator(false)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| MatchError::BadPattern(format!("invalid glob '{p}': {e}")))
+}
+
+/// The functions of `syms` that `pattern` names: exactly one, or all of them with `all_matches`.
+pub fn find<'a>(
+    syms: &'a ObjectSymbols,
+    pattern: &str,
+    all_matches: bool,
+) -> Result<Vec<Match<'a>>, MatchError> {
+    let compiled = Pattern::compile(pattern)?;
+    let collect = |hit: &dyn Fn(&SymbolName) -> bool| -> Vec<Match<'a>> {
+        syms.functions
+            .iter()
+            .filter_map(|f| f.names.iter().find(|n| hit(n)).map(|name| Match { function: f, name }))
+            .collect()
+    };
+    let mut found = collect(&|n| compiled.exact(n));
+    if found.is_empty() {
+        found = collect(&|n| compiled.glob(n));
+    }
+    match found.len() {
+        0 => Err(MatchError::NoMatch { nearest: nearest(syms, pattern, 5) }),
+        1 => Ok(found),
+        _ if all_matches => Ok(found),
+        count => Err(MatchError::Ambiguous {
+            count,
+            listed: found.iter().take(LIST_MAX).map(|m| describe(m.name)).collect(),
+        }),
+    }
+}
+
+/// `demangled (mangled)`, or just the name when both are the same.
+pub fn describe(n: &SymbolName) -> String {
+    if n.demangled == n.mangled {
+        n.mangled.clone()
+    } else {
+        format!("{} ({})", n.demangled, n.mangled)
+    }
+}
+
+/// Up to `max` names of `syms` similar to `pattern`, best first: names containing it first
+/// (shortest first), then by string similarity of the whole name or its last component.
+pub fn nearest(syms: &ObjectSymbols, pattern: &str, max: usize) -> Vec<String> {
+    let mangled = pattern.starts_with("_Z") || pattern.starts_with("_R");
+    let query: String =
+        unescape(pattern).chars().filter(|c| !matches!(c, '*' | '?')).collect::<String>().to_lowercase();
+    if query.is_empty() {
+        return Vec::new();
+    }
+    let mut names: Vec<&str> = syms
+        .functions
+        .iter()
+        .flat_map(|f| f.names.iter())
+        .map(|n| if mangled { n.mangled.as_str() } else { n.demangled.as_str() })
+        .collect();
+    names.sort_unstable();
+    names.dedup();
+    let mut scored: Vec<(u8, f64, &str)> = names
+        .into_iter()
+        .map(|name| {
+            let lower = name.to_lowercase();
+            let tier = if query.len() >= 3 && lower.contains(&query) { 0 } else { 1 };
+            let last = lower.rsplit(['.', ':', '/']).next().unwrap_or(&lower);
+            let sim = |a: &str| 0.5 * normalized_damerau_levenshtein(&query, a) + 0.5 * jaro_winkler(&query, a);
+            let score = if tier == 0 { -(name.len() as f64) } else { sim(&lower).max(sim(last)) };
+            (tier, score, name)
+        })
+        .collect();
+    scored.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(b.2)));
+    scored.into_iter().take(max).map(|(_, _, n)| n.to_string()).collect()
+}
+
+/// Why a name that exists in some form cannot be probed: it is only present as compiler clones
+/// or fragments, or it is a GNU indirect function.
+pub fn explain_missing(syms: &ObjectSymbols, pattern: &str) -> Option<String> {
+    let literal = unescape(pattern);
+    if syms.ifuncs.iter().any(|n| *n == literal) {
+        return Some(format!("'{literal}' is a GNU indirect function (its symbol is the resolver \
+            that picks an implementation at load time): probe an implementation instead"));
+    }
+    let clones: Vec<&str> = syms
+        .fragments
+        .iter()
+        .filter(|f| f.base == literal || super::demangle::demangle(&f.base) == literal)
+        .map(|f| f.name.as_str())
+        .take(LIST_MAX)
+        .collect();
+    (!clones.is_empty()).then(|| {
+        format!("only compiler fragments or clones of it exist ({}), which are never probed \
+            as functions", clones.join(", "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resolve::symbols::tests::build;
+
+    pub(crate) const CXX_SRC: &str = r#"
+        #include <stdexcept>
+        #include <string>
+        struct RelationData; struct TupleTableSlot; struct BulkInsertStateData;
+        namespace pax {
+        struct CCPaxAccessMethod {
+            static int TupleInsert(RelationData*, TupleTableSlot*, unsigned, int, BulkInsertStateData*);
+        };
+        int CCPaxAccessMethod::TupleInsert(RelationData* r, TupleTableSlot*, unsigned n, int, BulkInsertStateData*) {
+            if (r == nullptr && n == 7) throw std::runtime_error("boom");
+            return static_cast<int>(n) + 1;
+        }
+        int over(int x) { return x + 1; }
+        int over(double x) { return static_cast<int>(x) + 2; }
+        std::string Name() { return "pax"; }
+        template <typename T> struct Writer { T write(T x) const { return x + 1; } };
+        template struct Writer<int>;
+        }
+        extern "C" int XLogPaxInsert(int x) { return x * 2; }
+        extern "C" int XLogPaxAlias(int x) __attribute__((alias("XLogPaxInsert")));
+    "#;
+
+    fn cxx_syms() -> (tempfile::TempDir, ObjectSymbols) {
+        let dir = tempfile::tempdir().unwrap();
+        let so = build(dir.path(), "libpax.so", CXX_SRC, true, &["-O2", "-shared", "-fPIC"]);
+        let syms = ObjectSymbols::load(&so).unwrap();
+        (dir, syms)
+    }
+
+    fn one(syms: &ObjectSymbols, p: &str) -> String {
+        let m = find(syms, p, false).unwrap_or_else(|e| panic!("{p}: {e:?}"));
+        assert_eq!(m.len(), 1, "{p}");
+        m[0].name.mangled.clone()
+    }
+
+    #[test]
+    fn cxx_exact_and_globs() {
+        let (_d, syms) = cxx_syms();
+        let mangled = "_ZN3pax17CCPaxAccessMethod11TupleInsertEP12RelationDataP14TupleTableSlotjiP19BulkInsertStateData";
+        assert_eq!(one(&syms, mangled), mangled);
+        assert_eq!(one(&syms, "pax::CCPaxAccessMethod::TupleInsert"), mangled);
+        assert_eq!(one(&syms, "pax::CCPaxAccessMethod::TupleInsert*"), mangled);
+        assert_eq!(one(&syms, "*::TupleIns?rt"), mangled);
+        assert_eq!(one(&syms, "_ZN3pax17CCPaxAccessMethod11TupleInsert*"), mangled);
+        // [abi:cxx11]: literal, escaped, and glob spellings.
+        assert_eq!(one(&syms, "pax::Name[abi:cxx11]"), "_ZN3pax4NameB5cxx11Ev");
+        assert_eq!(one(&syms, r"pax::Name\[abi:cxx11\]"), "_ZN3pax4NameB5cxx11Ev");
+        assert_eq!(one(&syms, r"pax::Na*\[abi:*"), "_ZN3pax4NameB5cxx11Ev");
+        assert_eq!(one(&syms, "pax::Writer<int>::write"), "_ZNK3pax6WriterIiE5writeEi");
+        // extern "C" plus an alias: one function.
+        assert_eq!(find(&syms, "XLogPax*", false).unwrap().len(), 1);
+        assert_eq!(find(&syms, "XLogPaxAlias", false).unwrap()[0].function.names.len(), 2);
+    }
+
+    #[test]
+    fn ambiguity_lists_both_unless_all_matches() {
+        let (_d, syms) = cxx_syms();
+        match find(&syms, "pax::over", false) {
+            Err(MatchError::Ambiguous { count: 2, listed }) => {
+                assert!(listed.iter().any(|l| l.contains("_ZN3pax4overEi")), "{listed:?}");
+                assert!(listed.iter().any(|l| l.contains("_ZN3pax4overEd")), "{listed:?}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(find(&syms, "pax::over", true).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn no_match_suggests_nearest() {
+        let (_d, syms) = cxx_syms();
+        match find(&syms, "pax::CCPaxAccessMethod::TupleInsrt", false) {
+            Err(MatchError::NoMatch { nearest }) => {
+                assert_eq!(nearest[0], "pax::CCPaxAccessMethod::TupleInsert", "{nearest:?}");
+                assert!(nearest.len() <= 5);
+            }
+            other => panic!("{other:?}"),
+        }
+        match find(&syms, "TupleInsert", false) {
+            Err(MatchError::NoMatch { nearest }) => {
+                assert_eq!(nearest[0], "pax::CCPaxAccessMethod::TupleInsert", "{nearest:?}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(find(&syms, "pax::[", false), Err(MatchError::BadPattern(_))));
+    }
+
+    #[test]
+    fn glob_helpers() {
+        assert!(has_glob_meta("a*"));
+        assert!(!has_glob_meta(r"a\[b\]"));
+        assert_eq!(unescape(r"a\[b\]\*"), "a[b]*");
+        let g = compile_glob("go.shape.struct { ID int64 \"parquet:\\\"id\\\"\" }*").unwrap();
+        assert!(g.is_match("go.shape.struct { ID int64 \"parquet:\\\"id\\\"\" }.Write"));
+        let g = compile_glob("main.(\\*T).*").unwrap();
+        assert!(g.is_match("main.(*T).Write") && !g.is_match("main.(*U).Write"));
+        assert!(compile_glob("a**b").unwrap().is_match("a::x/y::b"));
+    }
+
+    #[test]
+    fn cold_fragments_never_match() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = r#"
+            #include <stdio.h>
+            __attribute__((cold, noinline)) void report(int x) { fprintf(stderr, "bad %d\n", x); }
+            int hot(int x) {
+                if (x < 0) { report(x); report(x + 1); return -x * 5; }
+                return x * 2;
+            }
+        "#;
+        let so = build(dir.path(), "libcold.so", src, false, &["-O2", "-shared", "-fPIC"]);
+        let syms = ObjectSymbols::load(&so).unwrap();
+        let all: Vec<&str> = syms.functions.iter().flat_map(|f| f.names.iter()).map(|n| n.mangled.as_str()).collect();
+        assert!(all.iter().all(|n| !n.contains(".cold")), "{all:?}");
+        assert!(syms.fragments.iter().any(|f| f.name.starts_with("hot.cold")),
+            "gcc made no hot.cold: {:?}", syms.fragments);
+        let m = find(&syms, "hot*", false).unwrap();
+        assert_eq!(m[0].name.mangled, "hot");
+        assert_eq!(syms.cold_fragments_of(m[0].function).count(), 1);
+        assert!(explain_missing(&syms, "hot").is_some());
+    }
+}

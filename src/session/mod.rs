@@ -1,0 +1,257 @@
+//! Session: one `attach` or `record` run, stage by stage.
+//!
+//! resolve -> attach -> (collect -> aggregate, until an end condition) -> detach -> final
+//! counts -> the [`Run`] -> outputs. The end conditions are Ctrl-C/SIGTERM, `--duration`, and
+//! the exit of the last traced process; each writes every output.
+
+mod child;
+mod outputs;
+mod trace_loop;
+
+use anyhow::{Context, Result};
+
+use crate::aggregate::Aggregator;
+use crate::args::{AttachArgs, RecordArgs, TraceArgs};
+use crate::attach::{process_alive, Tracer, TracerOptions};
+use crate::collect::{read_end_state, Collector, EndState};
+use crate::error::WprofError;
+use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run};
+use crate::probe_cost;
+use crate::profile::Profile;
+use crate::resolve::{self, ResolvedPhase, Scope, Status};
+
+pub use child::GatedChild;
+pub use outputs::{render_to, write_outputs, Kind as OutputKind};
+pub use trace_loop::{EndReason, Watch};
+
+/// `wprof attach`: trace running processes until an end condition; exit code 0.
+pub fn attach(a: AttachArgs) -> Result<i32> {
+    let profile = Profile::load(&a.target.target)?;
+    for &pid in &a.pid {
+        if !process_alive(pid) {
+            return Err(WprofError::NoProcess(format!(
+                "no process with pid {pid} (check `ps -p {pid}`; wprof attaches to running processes)"
+            ))
+            .into());
+        }
+    }
+    let phases = resolve_checked(&profile, Scope::Pids(a.pid.clone()), &a.trace)?;
+    let mut tracer = Tracer::load(tracer_options(&a.trace))?;
+    test_pause_before_attach();
+    let summary = tracer.attach(&phases, &a.pid)?;
+    // A process that died during attach may have accepted no probe or a useless one.
+    if let Some(gone) = a.pid.iter().find(|&&p| !process_alive(p)) {
+        return Err(WprofError::NoProcess(format!(
+            "process {gone} exited while wprof was attaching; nothing was traced (start it again and re-run)"
+        ))
+        .into());
+    }
+    eprintln!(
+        "wprof: attached {} probes ({} phases) to pid {}; Ctrl-C to stop",
+        summary.links,
+        phases.iter().filter(|p| matches!(p.status, Status::Resolved)).count(),
+        join(&a.pid)
+    );
+    let started = std::time::SystemTime::now();
+    let mut watch = Watch::pids(a.pid.clone(), a.trace.duration);
+    let (agg, end, reason) = run(&mut tracer, &phases, &mut watch, a.trace.quiet)?;
+    let mut run = build_run(&profile, &phases, agg, &end, started, reason);
+    run.provenance.pids = a.pid.clone();
+    write_outputs(&run, &a.outputs, a.trace.quiet)?;
+    Ok(0)
+}
+
+/// `wprof record`: start a command with probes live before its main runs, trace it to its
+/// exit; exit with its status.
+pub fn record(r: RecordArgs) -> Result<i32> {
+    let profile = Profile::load(&r.target.target)?;
+    let exe = child::find_executable(&r.command[0])?;
+    let phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
+    let mut tracer = Tracer::load(tracer_options(&r.trace))?;
+    let mut child = GatedChild::spawn(&exe, &r.command)?;
+    let summary = match tracer.attach(&phases, &[child.pid()]) {
+        Ok(s) => s,
+        Err(e) => {
+            child.abort();
+            return Err(e);
+        }
+    };
+    if !r.trace.quiet {
+        eprintln!("wprof: {} probes live; starting {}", summary.links, r.command.join(" "));
+    }
+    let started = std::time::SystemTime::now();
+    child.release()?;
+    let pid = child.pid();
+    let mut watch = Watch::child(child, r.trace.duration);
+    let (agg, end, reason) = run(&mut tracer, &phases, &mut watch, r.trace.quiet)?;
+    let status = watch.finish()?;
+    let mut run = build_run(&profile, &phases, agg, &end, started, reason);
+    run.provenance.pids = vec![pid];
+    run.provenance.command = Some(r.command.clone());
+    write_outputs(&run, &r.outputs, r.trace.quiet)?;
+    Ok(status)
+}
+
+/// Test hook: `WPROF_TEST_PAUSE_BEFORE_ATTACH_MS` holds attach back so the tests can make a
+/// target exit in the middle of it (the only way to hit that window deterministically).
+fn test_pause_before_attach() {
+    if let Some(ms) = std::env::var("WPROF_TEST_PAUSE_BEFORE_ATTACH_MS").ok().and_then(|v| v.parse().ok()) {
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
+}
+
+fn tracer_options(t: &TraceArgs) -> TracerOptions {
+    TracerOptions { ring_bytes: t.ring_size }
+}
+
+/// Resolves the profile and fails with exit 4 when a required phase does not resolve;
+/// optional ones are warnings.
+pub fn resolve_checked(profile: &Profile, scope: Scope, t: &TraceArgs) -> Result<Vec<ResolvedPhase>> {
+    let mut phases = resolve::resolve_profile(&override_returns(profile, t.return_mode.map(Into::into)), &scope)?;
+    if let Some(err) = resolve::unresolved_required(&phases) {
+        return Err(err.into());
+    }
+    for p in &phases {
+        match &p.status {
+            Status::Unresolved { reason, .. } => {
+                eprintln!("wprof: warning: optional phase '{}' not attached: {reason}", p.phase.name)
+            }
+            Status::Unsupported(why) => {
+                eprintln!("wprof: warning: phase '{}' not attached: {why}", p.phase.name)
+            }
+            Status::Resolved => {}
+        }
+    }
+    if !phases.iter().any(|p| matches!(p.status, Status::Resolved)) {
+        return Err(WprofError::Unresolved(format!("no phase of profile '{}' resolved", profile.name)).into());
+    }
+    phases.sort_by_key(|p| p.id);
+    Ok(phases)
+}
+
+/// Applies a global `--return` override to every symbol phase.
+pub fn override_returns(profile: &Profile, mode: Option<crate::profile::ReturnMode>) -> Profile {
+    let mut p = profile.clone();
+    if let Some(m) = mode {
+        for ph in &mut p.phases {
+            ph.return_mode = m;
+        }
+    }
+    p
+}
+
+fn run(
+    tracer: &mut Tracer,
+    phases: &[ResolvedPhase],
+    watch: &mut Watch,
+    quiet: bool,
+) -> Result<(Aggregator, EndState, EndReason)> {
+    let mut collector = Collector::new(tracer)?;
+    let mut agg = Aggregator::new();
+    let reason = trace_loop::run(&mut collector, &mut agg, watch, !quiet)?;
+    tracer.detach();
+    collector.drain(|e| agg.add(e));
+    let end = read_end_state(tracer, phases.len()).context("read the final counters from BPF")?;
+    Ok((agg, end, reason))
+}
+
+fn build_run(
+    profile: &Profile,
+    phases: &[ResolvedPhase],
+    agg: Aggregator,
+    end: &EndState,
+    started: std::time::SystemTime,
+    reason: EndReason,
+) -> Run {
+    use wprof_common::counter;
+    let names: Vec<String> = profile.phases.iter().map(|p| p.name.clone()).collect();
+    let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
+    let events = agg.events();
+    let tree = agg.finish(&names, &roles, &end.nodes);
+
+    let mut infos = Vec::new();
+    let mut objects: Vec<ObjectInfo> = Vec::new();
+    let mut added_ns = 0.0;
+    let mut hits = 0;
+    for rp in phases {
+        let pc = end.phases.get(rp.id as usize).copied().unwrap_or_default();
+        let first = rp.targets.first();
+        let attached = matches!(rp.status, Status::Resolved);
+        let pair = if attached { probe_cost::pair_ns(rp) } else { 0.0 };
+        hits += pc.entries + pc.returns;
+        if let Some(t) = first {
+            let entry_hit = probe_cost::hit_ns(t.entry.cost);
+            added_ns += pc.entries as f64 * entry_hit + pc.returns as f64 * (pair - entry_hit);
+            let o = ObjectInfo { path: t.display_object.clone(), build_id: t.build_id.clone() };
+            if !objects.contains(&o) {
+                objects.push(o);
+            }
+        }
+        infos.push(PhaseInfo {
+            id: rp.id,
+            name: rp.phase.name.clone(),
+            role: rp.phase.role.clone(),
+            object: first.map(|t| t.display_object.clone()).unwrap_or_default(),
+            symbols: rp.targets.iter().map(|t| t.symbol.clone()).collect(),
+            return_mode: if attached { rp.return_mode.as_str().to_string() } else { "-".into() },
+            entry_cost: first.map(|t| probe_cost::class_name(t.entry.cost).to_string()).unwrap_or_default(),
+            exit_sites: rp.targets.iter().map(|t| t.exits.len() as u32).sum(),
+            status: if attached { "attached".into() } else { status_text(&rp.status) },
+            entries: pc.entries,
+            returns: pc.returns,
+            unmatched_returns: pc.unmatched_returns,
+            overflow: pc.overflow,
+            probe_pair_ns: pair,
+        });
+    }
+    let counters = Counters {
+        events,
+        lost_spans: end.counter(counter::LOST_SPANS),
+        lost_node_defs: end.counter(counter::LOST_NODE_DEFS),
+        orphan_spans: tree.orphan_spans,
+        unmatched_returns: end.counter(counter::UNMATCHED_RETURNS),
+        abandoned: end.counter(counter::ABANDONED),
+        open_at_end: end.nodes.open.values().sum(),
+        overflow: end.counter(counter::OVERFLOW),
+        no_stack: end.counter(counter::NO_STACK),
+    };
+    let started_unix = started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let provenance = Provenance {
+        wprof_version: env!("CARGO_PKG_VERSION").to_string(),
+        host: read_trim("/proc/sys/kernel/hostname"),
+        kernel: read_trim("/proc/sys/kernel/osrelease"),
+        started_unix,
+        duration_s: started.elapsed().map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        pids: Vec::new(),
+        command: None,
+        profile_name: profile.name.clone(),
+        profile_origin: profile.origin.clone(),
+        profile_hash: profile.hash(),
+        objects,
+        end_reason: reason.to_string(),
+    };
+    Run {
+        provenance,
+        phases: infos,
+        counters,
+        probe_cost: ProbeCost { model: probe_cost::MODEL.to_string(), hits, added_ns },
+        tree,
+    }
+}
+
+/// One-line text of a resolution status.
+pub fn status_text(s: &Status) -> String {
+    match s {
+        Status::Resolved => "resolved".to_string(),
+        Status::Unresolved { reason, .. } => format!("unresolved: {reason}"),
+        Status::Unsupported(why) => format!("unsupported: {why}"),
+    }
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+}
+
+fn join(pids: &[u32]) -> String {
+    pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,88 @@
+//! Writing a run's outputs: the tree on stdout and the files the user asked for.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use crate::args::OutputArgs;
+use crate::model::Run;
+use crate::render;
+
+/// Prints the tree (unless `quiet`) and writes every requested file. Each file is written
+/// even if an earlier one failed; the first error is returned.
+pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
+    let text = render::render_tree(run, &render::TextOptions::default());
+    if !quiet {
+        print!("{text}");
+        let _ = std::io::stdout().flush();
+    }
+    let mut jobs: Vec<(std::path::PathBuf, Kind)> = Vec::new();
+    if let Some(dir) = &out.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("create output directory {}", dir.display()))?;
+        jobs.push((dir.join("run.json"), Kind::Json));
+        jobs.push((dir.join("tree.txt"), Kind::Tree));
+        jobs.push((dir.join("phases.folded"), Kind::Folded));
+        jobs.push((dir.join("phases.svg"), Kind::Svg));
+    }
+    if let Some(p) = &out.json {
+        jobs.push((p.clone(), Kind::Json));
+    }
+    if let Some(p) = &out.folded {
+        jobs.push((p.clone(), Kind::Folded));
+    }
+    if let Some(p) = &out.flamegraph {
+        jobs.push((p.clone(), Kind::Svg));
+    }
+    let mut first_err = None;
+    for (path, kind) in jobs {
+        if let Err(e) = write_one(run, &text, &path, kind) {
+            eprintln!("wprof: {e:#}");
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}
+
+/// An output format.
+#[derive(Debug, Clone, Copy)]
+pub enum Kind {
+    /// JSON schema v1.
+    Json,
+    /// The text tree.
+    Tree,
+    /// Folded self-time stacks.
+    Folded,
+    /// Phase flamegraph.
+    Svg,
+}
+
+/// Renders `run` in `kind` into `w`.
+pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
+    match kind {
+        Kind::Json => {
+            serde_json::to_writer_pretty(&mut *w, &render::to_json(run))?;
+            writeln!(w)?;
+        }
+        Kind::Tree => w.write_all(render::render_tree(run, &render::TextOptions::default()).as_bytes())?,
+        Kind::Folded => w.write_all(render::folded(&run.tree).as_bytes())?,
+        Kind::Svg => {
+            let title = format!("wprof: {} phases (wall time)", run.provenance.profile_name);
+            let mut buf = Vec::new();
+            render::flamegraph_svg(&render::folded(&run.tree), &title, &mut buf)?;
+            w.write_all(&buf)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_one(run: &Run, text: &str, path: &Path, kind: Kind) -> Result<()> {
+    let f = File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut w = BufWriter::new(f);
+    match kind {
+        Kind::Tree => w.write_all(text.as_bytes())?,
+        _ => render_to(run, kind, &mut w)?,
+    }
+    w.flush().with_context(|| format!("write {}", path.display()))
+}

@@ -1,0 +1,127 @@
+//! The collect loop: read events until an end condition, with a progress line on a terminal.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+
+use super::child::GatedChild;
+use crate::aggregate::Aggregator;
+use crate::attach::process_alive;
+use crate::collect::Collector;
+
+/// Why a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndReason {
+    /// SIGINT (Ctrl-C).
+    Interrupted,
+    /// SIGTERM.
+    Terminated,
+    /// --duration elapsed.
+    Duration,
+    /// Every traced process exited.
+    TargetExited,
+}
+
+impl std::fmt::Display for EndReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            EndReason::Interrupted => "interrupted (SIGINT)",
+            EndReason::Terminated => "terminated (SIGTERM)",
+            EndReason::Duration => "duration elapsed",
+            EndReason::TargetExited => "traced process exited",
+        })
+    }
+}
+
+/// What the loop watches for its end.
+pub struct Watch {
+    pids: Vec<u32>,
+    child: Option<GatedChild>,
+    deadline: Option<Instant>,
+    sigint: Arc<AtomicBool>,
+    sigterm: Arc<AtomicBool>,
+    reason: Option<EndReason>,
+}
+
+impl Watch {
+    fn new(pids: Vec<u32>, child: Option<GatedChild>, duration: Option<Duration>) -> Watch {
+        let sigint = Arc::new(AtomicBool::new(false));
+        let sigterm = Arc::new(AtomicBool::new(false));
+        // Registration only fails for signals that cannot be caught; these two can.
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, sigint.clone());
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, sigterm.clone());
+        Watch { pids, child, deadline: duration.map(|d| Instant::now() + d), sigint, sigterm, reason: None }
+    }
+
+    /// Watches running processes.
+    pub fn pids(pids: Vec<u32>, duration: Option<Duration>) -> Watch {
+        Watch::new(pids, None, duration)
+    }
+
+    /// Watches `record`'s child.
+    pub fn child(child: GatedChild, duration: Option<Duration>) -> Watch {
+        Watch::new(Vec::new(), Some(child), duration)
+    }
+
+    fn check(&mut self) -> Option<EndReason> {
+        if self.sigint.load(Ordering::Relaxed) {
+            return Some(EndReason::Interrupted);
+        }
+        if self.sigterm.load(Ordering::Relaxed) {
+            return Some(EndReason::Terminated);
+        }
+        if let Some(c) = &mut self.child {
+            if c.wait(false).is_some() {
+                return Some(EndReason::TargetExited);
+            }
+        } else if !self.pids.iter().any(|&p| process_alive(p)) {
+            return Some(EndReason::TargetExited);
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Some(EndReason::Duration);
+        }
+        None
+    }
+
+    /// After the loop: for `record`, passes a stop signal on to the child and waits for it;
+    /// returns the exit code wprof should end with (the child's, or 0 for `attach`).
+    pub fn finish(mut self) -> Result<i32> {
+        let Some(mut child) = self.child.take() else { return Ok(0) };
+        match self.reason {
+            Some(EndReason::Terminated) => child.signal(libc::SIGTERM),
+            // A terminal's Ctrl-C reached the child too; a SIGINT sent to wprof alone did not.
+            Some(EndReason::Interrupted) => child.signal(libc::SIGINT),
+            _ => {}
+        }
+        child.wait(true).context("wait for the command")
+    }
+}
+
+/// Reads events into `agg` until `watch` says the run is over.
+pub fn run(collector: &mut Collector, agg: &mut Aggregator, watch: &mut Watch, progress: bool) -> Result<EndReason> {
+    let progress = progress && std::io::stderr().is_terminal();
+    let start = Instant::now();
+    let mut last_progress = start;
+    let reason = loop {
+        let mut pfd = libc::pollfd { fd: collector.fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd; EINTR (a signal) just ends this wait early.
+        unsafe { libc::poll(&mut pfd, 1, 100) };
+        collector.drain(|e| agg.add(e));
+        if let Some(r) = watch.check() {
+            break r;
+        }
+        if progress && last_progress.elapsed() >= Duration::from_secs(1) {
+            last_progress = Instant::now();
+            eprint!("\r\x1b[Kwprof: {:.0} s  events {}", start.elapsed().as_secs_f64(), agg.events());
+            let _ = std::io::stderr().flush();
+        }
+    };
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    watch.reason = Some(reason);
+    Ok(reason)
+}

@@ -1,0 +1,157 @@
+//! Shared helpers of the integration tests: fixtures built from source, the BPF capability
+//! gate, running wprof and reading its JSON.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+/// The wprof binary under test.
+pub fn wprof() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_wprof"))
+}
+
+/// Builds tests/fixtures into a directory shared by the tests (once per test binary).
+pub fn fixtures() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build.sh");
+        let out = Command::new("bash").arg(&script).arg(&dir).output().expect("run build.sh");
+        assert!(out.status.success(), "fixture build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        dir
+    })
+}
+
+/// Path of a built fixture program.
+pub fn fixture(name: &str) -> PathBuf {
+    fixtures().join(name)
+}
+
+/// Whether this process can load BPF (CAP_BPF+CAP_PERFMON or CAP_SYS_ADMIN). Without it the
+/// privileged tests return early — except under WPROF_REQUIRE_BPF=1 (CI), where that is a
+/// failure, so CI can never pass a test that did not run.
+pub fn bpf_available() -> bool {
+    let caps = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:")).map(|h| h.trim().to_string()))
+        .and_then(|h| u64::from_str_radix(&h, 16).ok())
+        .unwrap_or(0);
+    let ok = caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0);
+    if !ok {
+        assert!(
+            std::env::var("WPROF_REQUIRE_BPF").as_deref() != Ok("1"),
+            "WPROF_REQUIRE_BPF=1 but this test process lacks CAP_BPF/CAP_PERFMON: run as root"
+        );
+        eprintln!("note: no CAP_BPF/CAP_PERFMON, privileged test not run (set WPROF_REQUIRE_BPF=1 to make this fatal)");
+    }
+    ok
+}
+
+/// Serialises the privileged tests of one binary: they share the kernel's probe state and
+/// two cores, and the cleanup checks count every wprof program on the host.
+pub fn bpf_lock() -> MutexGuard<'static, ()> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    LOCK.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs a command to completion and returns its output, panicking with the command line if
+/// it cannot be started.
+pub fn run(cmd: &mut Command) -> Output {
+    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+}
+
+/// The text of stdout and stderr, for assertion messages.
+pub fn text(o: &Output) -> String {
+    format!(
+        "status {:?}\n--- stdout\n{}\n--- stderr\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A temp dir for a test's outputs.
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("tempdir")
+}
+
+/// Reads a run JSON.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
+}
+
+/// Finds a tree node in a run JSON by a path of names from a root.
+pub fn node<'a>(run: &'a serde_json::Value, path: &[&str]) -> &'a serde_json::Value {
+    let mut nodes = run["tree"]["roots"].as_array().expect("roots");
+    let mut found = None;
+    for name in path {
+        let n = nodes
+            .iter()
+            .find(|n| n["name"] == *name)
+            .unwrap_or_else(|| panic!("no node {path:?} (stuck at {name}) in {}", summary(run)));
+        nodes = n["children"].as_array().expect("children");
+        found = Some(n);
+    }
+    found.expect("empty path")
+}
+
+/// A node's integer field.
+pub fn u(n: &serde_json::Value, field: &str) -> u64 {
+    n[field].as_u64().unwrap_or_else(|| panic!("no integer {field} in {n}"))
+}
+
+/// One line per node: path, count, mean — for failure messages.
+pub fn summary(run: &serde_json::Value) -> String {
+    fn walk(n: &serde_json::Value, path: &str, out: &mut String) {
+        let p = format!("{path}/{}", n["name"].as_str().unwrap_or("?"));
+        out.push_str(&format!(
+            "{p} n={} mean={}ns lost={} abandoned={}\n",
+            n["count"], n["mean_ns"], n["lost"], n["abandoned"]
+        ));
+        for c in n["children"].as_array().into_iter().flatten() {
+            walk(c, &p, out);
+        }
+    }
+    let mut out = String::new();
+    for r in run["tree"]["roots"].as_array().into_iter().flatten() {
+        walk(r, "", &mut out);
+    }
+    out
+}
+
+/// Starts a fixture that waits for a line on stdin before working (`--wait`), and returns
+/// it once it printed `ready`.
+pub fn spawn_waiting(program: &Path, args: &[&str]) -> Child {
+    use std::io::BufRead;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", program.display()));
+    let stdout = child.stdout.take().expect("stdout");
+    let mut reader = std::io::BufReader::new(stdout);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("read ready line");
+    assert!(line.starts_with("ready"), "fixture printed {line:?} instead of ready");
+    child.stdout = Some(reader.into_inner());
+    child
+}
+
+/// Whether any BPF program of wprof is loaded on the host.
+pub fn wprof_programs_loaded() -> Vec<String> {
+    let out = run(Command::new("bpftool").args(["-j", "prog", "list"]));
+    assert!(out.status.success(), "bpftool prog list failed: {}", text(&out));
+    let progs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
+    progs
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["name"].as_str())
+        .filter(|n| n.starts_with("wprof_"))
+        .map(str::to_string)
+        .collect()
+}

@@ -1,0 +1,225 @@
+//! Every way a run ends leaves no probe behind and the target unharmed; every bad input gets
+//! a one-line error and its documented exit code.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn assert_no_wprof_programs() {
+    // Program teardown after the last fd closes is asynchronous (RCU): allow it a moment.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = wprof_programs_loaded();
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "wprof left BPF programs loaded: {left:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn start_attach(pid: u32, json: &Path) -> Child {
+    let mut w = wprof()
+        .args(["attach", "--target", "fixture", "--pid", &pid.to_string(), "--json"])
+        .arg(json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start wprof");
+    wait_attached(&mut w);
+    w
+}
+
+fn wait_attached(w: &mut Child) {
+    use std::io::{BufRead, BufReader};
+    let mut reader = BufReader::new(w.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).expect("read") == 0 {
+            panic!("wprof ended before attaching:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line.contains("attached") {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    });
+}
+
+fn signal(pid: u32, sig: &str) {
+    let out = run(Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]));
+    assert!(out.status.success(), "kill -{sig} {pid}: {}", text(&out));
+}
+
+/// Lets a waiting fixture go on (a line on stdin) and checks it finishes normally.
+fn finish_unharmed(mut fx: Child) {
+    let _ = fx.stdin.as_mut().expect("stdin").write_all(b"go\ngo\n");
+    drop(fx.stdin.take());
+    let out = fx.wait_with_output().expect("fixture");
+    assert!(out.status.success(), "traced fixture was harmed: {}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("fixture:"), "{}", text(&out));
+}
+
+#[test]
+fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let fx_args = ["--wait", "--linger", "--iterations", "300"];
+
+    // 1. Normal end: record runs the command to its exit.
+    let dir = tempdir();
+    let out = run(wprof()
+        .args(["record", "-q", "--target", "fixture", "--json"])
+        .arg(dir.path().join("a.json"))
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "50"]));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_no_wprof_programs();
+
+    // 2 and 3. Ctrl-C and SIGTERM end an attach cleanly, with every output written.
+    for sig in ["INT", "TERM"] {
+        let fx = spawn_waiting(&fixture("writepath"), &fx_args);
+        let json = dir.path().join(format!("{sig}.json"));
+        let w = start_attach(fx.id(), &json);
+        signal(w.id(), sig);
+        let o = w.wait_with_output().expect("wprof");
+        assert!(o.status.success(), "SIG{sig}: {}", text(&o));
+        assert!(read_json(&json)["provenance"]["end_reason"].as_str().unwrap_or("").contains(if sig == "INT" { "SIGINT" } else { "SIGTERM" }));
+        assert_no_wprof_programs();
+        finish_unharmed(fx);
+    }
+
+    // 4. The target is SIGKILLed mid-run: wprof notices, ends, writes its outputs.
+    let mut fx = spawn_waiting(&fixture("writepath"), &["--wait", "--iterations", "100000"]);
+    let json = dir.path().join("kill-target.json");
+    let w = start_attach(fx.id(), &json);
+    fx.stdin.as_mut().expect("stdin").write_all(b"go\n").expect("go");
+    std::thread::sleep(Duration::from_millis(300));
+    fx.kill().expect("kill fixture");
+    let _ = fx.wait();
+    let o = w.wait_with_output().expect("wprof");
+    assert!(o.status.success(), "{}", text(&o));
+    let run_json = read_json(&json);
+    assert_eq!(run_json["provenance"]["end_reason"], "traced process exited");
+    assert!(u(node(&run_json, &["write_record"]), "count") > 0, "{}", summary(&run_json));
+    assert_no_wprof_programs();
+
+    // 5. wprof itself is SIGKILLed mid-run: the kernel drops its probes with its fds and the
+    //    target runs on unharmed.
+    let fx = spawn_waiting(&fixture("writepath"), &fx_args);
+    let mut w = start_attach(fx.id(), &dir.path().join("never.json"));
+    w.kill().expect("kill wprof");
+    let _ = w.wait();
+    assert_no_wprof_programs();
+    finish_unharmed(fx);
+}
+
+fn expect_error(cmd: &mut Command, code: i32, needles: &[&str]) {
+    let o = run(cmd);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{}", text(&o));
+    for n in needles {
+        assert!(err.contains(n), "stderr lacks {n:?}: {}", text(&o));
+    }
+    assert!(!err.contains("panicked"), "{}", text(&o));
+}
+
+fn write_profile(dir: &Path, body: &str) -> String {
+    let p = dir.join("p.toml");
+    std::fs::write(&p, body).expect("write profile");
+    p.display().to_string()
+}
+
+#[test]
+fn bad_input_gets_a_clear_error_and_exit_code() {
+    let dir = tempdir();
+    let exe = fixture("writepath");
+
+    // Malformed profile: exit 2, with line and column.
+    let p = write_profile(dir.path(), "name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = [\n");
+    expect_error(wprof().args(["probes", "--target", &p, "--binary"]).arg(&exe), 2, &["line", "column"]);
+
+    // Unresolved required symbol: exit 4, with the nearest names.
+    let p = write_profile(dir.path(), "name = \"x\"\n[[phase]]\nname = \"w\"\nsymbol = \"write_recrd\"\n");
+    expect_error(wprof().args(["probes", "--target", &p, "--binary"]).arg(&exe), 4, &["write_recrd", "write_record"]);
+
+    // An object that is not ELF: exit 4, saying so.
+    let p = write_profile(dir.path(), "name = \"x\"\nobject = \"/etc/hostname\"\n[[phase]]\nname = \"w\"\nsymbol = \"f\"\n");
+    expect_error(wprof().args(["probes", "--target", &p, "--binary"]).arg(&exe), 4, &["not an ELF"]);
+
+    // A pid that does not exist: exit 1.
+    expect_error(wprof().args(["attach", "--target", "fixture", "--pid", "999999999"]), 1, &["no process with pid 999999999"]);
+
+    // Unknown built-in profile: usage, exit 2.
+    expect_error(wprof().args(["probes", "--target", "nope", "--binary"]).arg(&exe), 2, &["wprof targets", "fixture"]);
+}
+
+#[test]
+fn missing_capabilities_are_named_even_for_root() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let fx = spawn_waiting(&fixture("writepath"), &["--wait", "--linger"]);
+    // uid 0 with an empty bounding set: root, but without CAP_BPF/CAP_PERFMON.
+    expect_error(
+        Command::new("setpriv")
+            .args(["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"])
+            .arg(env!("CARGO_BIN_EXE_wprof"))
+            .args(["attach", "--target", "fixture", "--pid", &fx.id().to_string()]),
+        1,
+        &["CAP_BPF", "CAP_PERFMON", "setcap"],
+    );
+    finish_unharmed(fx);
+}
+
+#[test]
+fn a_pid_that_exits_during_attach_is_an_error_not_an_empty_run() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let mut fx = spawn_waiting(&fixture("writepath"), &["--wait"]);
+    let w = wprof()
+        .args(["attach", "--target", "fixture", "--pid", &fx.id().to_string()])
+        .env("WPROF_TEST_PAUSE_BEFORE_ATTACH_MS", "700")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("wprof");
+    std::thread::sleep(Duration::from_millis(200));
+    fx.kill().expect("kill");
+    let _ = fx.wait();
+    let o = w.wait_with_output().expect("wprof");
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("exited"), "{}", text(&o));
+    assert_no_wprof_programs();
+}
+
+#[test]
+fn the_postgres_profile_resolves_against_debians_stripped_binary() {
+    let pg = Path::new("/usr/lib/postgresql/15/bin/postgres");
+    if !pg.exists() {
+        assert!(std::env::var("WPROF_REQUIRE_BPF").as_deref() != Ok("1"), "postgresql-15 is not installed");
+        return;
+    }
+    let o = run(wprof().args(["probes", "--target", "postgres", "--binary"]).arg(pg));
+    assert!(o.status.success(), "{}", text(&o));
+    let table = String::from_utf8_lossy(&o.stdout);
+    for f in ["heap_insert", "btinsert", "XLogInsert", "XLogFlush", "CommitTransactionCommand"] {
+        let row = table.lines().find(|l| l.contains(f)).unwrap_or_else(|| panic!("no row for {f}:\n{table}"));
+        assert!(row.ends_with("resolved"), "{row}");
+    }
+}
