@@ -109,7 +109,7 @@ impl Tracer {
                         NonZeroU32::new(pid).ok_or_else(|| WprofError::Usage("pid 0".into()))?,
                     );
                     let what = format!("phase '{}' ({} in {})", rp.phase.name, t.symbol, t.display_object);
-                    self.attach_points(PROG_ENTRY, entry.clone(), t, scope, pid, &what)?;
+                    self.attach_points(PROG_ENTRY, entry.to_vec(), t, scope, pid, &what)?;
                     if !exits.is_empty() {
                         self.attach_points(exit_prog, exits.clone(), t, scope, pid, &what)?;
                     }

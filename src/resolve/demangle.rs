@@ -20,9 +20,8 @@ const NAME_SUFFIXES: &[&str] = &[".lto_priv.", ".llvm."];
 /// C++ for other `_Z...`, C otherwise.
 pub fn language_of(name: &str, object_is_go: bool) -> Language {
     let base = strip_suffixes(name);
-    if base.starts_with("_R") && rustc_demangle::try_demangle(base).is_ok() {
-        Language::Rust
-    } else if is_rust_legacy(base) {
+    let v0 = base.starts_with("_R") && rustc_demangle::try_demangle(base).is_ok();
+    if v0 || is_rust_legacy(base) {
         Language::Rust
     } else if base.starts_with("_Z") {
         Language::Cxx
@@ -44,14 +43,15 @@ pub fn is_rust_legacy(name: &str) -> bool {
         return false;
     }
     let (head, hash) = bytes.split_at(bytes.len() - 19);
-    !head.is_empty()
-        && hash.starts_with(b"17h")
-        && hash[3..].iter().all(|b| b.is_ascii_hexdigit())
+    !head.is_empty() && hash.starts_with(b"17h") && hash[3..].iter().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The demangled name without parameters, return type or Rust hash; unchanged for C and Go
 /// names and for anything that does not demangle.
 pub fn demangle(name: &str) -> String {
+    if let Some((base, version)) = name.split_once('@') {
+        return format!("{}@{version}", demangle(base));
+    }
     let base = strip_suffixes(name);
     if base.starts_with("_R") || is_rust_legacy(base) {
         if let Ok(d) = rustc_demangle::try_demangle(base) {
@@ -83,7 +83,10 @@ fn drop_trailing_qualifiers(mut s: &str) -> &str {
         let t = s.trim_end();
         let next = ["const", "volatile", "noexcept", "&&", "&"]
             .iter()
-            .find_map(|q| t.strip_suffix(q).filter(|r| *q == "&" || *q == "&&" || r.ends_with(' ')));
+            .find_map(|q| {
+                t.strip_suffix(q)
+                    .filter(|r| *q == "&" || *q == "&&" || r.ends_with(' '))
+            });
         match next {
             Some(r) if !r.trim_end().is_empty() => s = r,
             _ => return t,
@@ -109,6 +112,10 @@ mod tests {
         assert_eq!(demangle("heap_insert"), "heap_insert");
         assert_eq!(language_of("heap_insert", false), Language::C);
         assert_eq!(demangle("foo.lto_priv.0"), "foo");
+        assert_eq!(
+            demangle("_ZN3pax4NameB5cxx11Ev@V_1.0"),
+            "pax::Name[abi:cxx11]@V_1.0"
+        );
     }
 
     #[test]
@@ -116,17 +123,28 @@ mod tests {
         let m = "_ZN3pax17CCPaxAccessMethod11TupleInsertEP12RelationDataP14TupleTableSlotjiP19BulkInsertStateData";
         assert_eq!(demangle(m), "pax::CCPaxAccessMethod::TupleInsert");
         assert_eq!(language_of(m, false), Language::Cxx);
-        assert_eq!(demangle("_ZN4cbdb31InsertMicroPartitionPlaceHolderEji"),
-            "cbdb::InsertMicroPartitionPlaceHolder");
+        assert_eq!(
+            demangle("_ZN4cbdb31InsertMicroPartitionPlaceHolderEji"),
+            "cbdb::InsertMicroPartitionPlaceHolder"
+        );
         // const method: qualifier dropped.
-        assert_eq!(demangle("_ZNK3pax11TableWriter4SizeEv"), "pax::TableWriter::Size");
+        assert_eq!(
+            demangle("_ZNK3pax11TableWriter4SizeEv"),
+            "pax::TableWriter::Size"
+        );
         // template args survive.
-        assert_eq!(demangle("_ZN3pax6WriterIiE5writeEi"), "pax::Writer<int>::write");
+        assert_eq!(
+            demangle("_ZN3pax6WriterIiE5writeEi"),
+            "pax::Writer<int>::write"
+        );
         // [abi:cxx11] survives.
         let abi = "_ZN3pax4NameB5cxx11Ev";
         assert_eq!(demangle(abi), "pax::Name[abi:cxx11]");
         // clone suffixes don't leak into the name.
-        assert_eq!(demangle("_ZN3pax4NameB5cxx11Ev.cold"), "pax::Name[abi:cxx11]");
+        assert_eq!(
+            demangle("_ZN3pax4NameB5cxx11Ev.cold"),
+            "pax::Name[abi:cxx11]"
+        );
     }
 
     #[test]
@@ -135,7 +153,10 @@ mod tests {
         assert!(is_rust_legacy(legacy));
         assert_eq!(language_of(legacy, false), Language::Rust);
         assert_eq!(demangle(legacy), "refreshx::refresh::decision");
-        assert_eq!(demangle(&format!("{legacy}.llvm.123456")), "refreshx::refresh::decision");
+        assert_eq!(
+            demangle(&format!("{legacy}.llvm.123456")),
+            "refreshx::refresh::decision"
+        );
         // v0 with a crate disambiguator: no hash in the output.
         let v0 = "_RNvNtCs1234_8refreshx7refresh8decision";
         assert_eq!(language_of(v0, false), Language::Rust);

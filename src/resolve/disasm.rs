@@ -54,7 +54,10 @@ pub fn cost_of(insn: &Instruction) -> CostClass {
 /// A conditional jump (`jcc`; not `loop`/`jrcxz`, which the kernel single-steps).
 fn is_jcc(m: Mnemonic) -> bool {
     use Mnemonic::*;
-    matches!(m, Ja | Jae | Jb | Jbe | Je | Jg | Jge | Jl | Jle | Jne | Jno | Jnp | Jns | Jo | Jp | Js)
+    matches!(
+        m,
+        Ja | Jae | Jb | Jbe | Je | Jg | Jge | Jl | Jle | Jne | Jno | Jnp | Jns | Jo | Jp | Js
+    )
 }
 
 /// A direct (relative) JMP.
@@ -92,7 +95,10 @@ pub fn exits_of(parts: &[Code<'_>]) -> Vec<Site> {
             };
             if exit {
                 let file_offset = part.file_offset + (insn.ip() - part.address);
-                sites.push(Site { file_offset, cost: cost_of(&insn) });
+                sites.push(Site {
+                    file_offset,
+                    cost: cost_of(&insn),
+                });
             }
         }
     }
@@ -103,15 +109,26 @@ pub fn exits_of(parts: &[Code<'_>]) -> Vec<Site> {
 /// The entry site of `f`.
 pub fn entry_site(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Site> {
     // Size 0 (unknown): read one instruction's worth, or what the file has.
-    let want = if f.size == 0 { MAX_INSN } else { f.size.min(MAX_INSN) };
+    let want = if f.size == 0 {
+        MAX_INSN
+    } else {
+        f.size.min(MAX_INSN)
+    };
     let bytes = (1..=want)
         .rev()
         .find_map(|n| obj.bytes(f.file_offset, n))
         .with_context(|| {
-            format!("{} has no bytes at file offset {:#x} ({})", obj.path.display(),
-                f.file_offset, f.names[0].demangled)
+            format!(
+                "{} has no bytes at file offset {:#x} ({})",
+                obj.path.display(),
+                f.file_offset,
+                f.names[0].demangled
+            )
         })?;
-    Ok(Site { file_offset: f.file_offset, cost: entry_cost(bytes, f.address) })
+    Ok(Site {
+        file_offset: f.file_offset,
+        cost: entry_cost(bytes, f.address),
+    })
 }
 
 /// The exit sites of `f` (see the module doc). Fails when the size is unknown, or when the
@@ -124,10 +141,16 @@ pub fn exit_sites(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Vec<Site>
     }
     let code = |file_offset: u64, address: u64, size: u64| -> anyhow::Result<Code<'_>> {
         let bytes = obj.bytes(file_offset, size).with_context(|| {
-            format!("{name} in {}: bytes [{file_offset:#x}, +{size:#x}) are not in the file",
-                obj.path.display())
+            format!(
+                "{name} in {}: bytes [{file_offset:#x}, +{size:#x}) are not in the file",
+                obj.path.display()
+            )
         })?;
-        Ok(Code { bytes, address, file_offset })
+        Ok(Code {
+            bytes,
+            address,
+            file_offset,
+        })
     };
     let mut parts = vec![code(f.file_offset, f.address, f.size)?];
     for fr in obj.cold_fragments_of(f).filter(|fr| fr.size > 0) {
@@ -139,34 +162,51 @@ pub fn exit_sites(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Vec<Site>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resolve::symbols::tests::build;
-    use std::process::Command;
+    use crate::resolve::testutil::{build, objdump_rets};
 
     fn code(bytes: &[u8]) -> Code<'_> {
-        Code { bytes, address: 0x1000, file_offset: 0x100 }
+        Code {
+            bytes,
+            address: 0x1000,
+            file_offset: 0x100,
+        }
     }
 
     #[test]
     fn entry_classes() {
         assert_eq!(entry_cost(&[0x90], 0), CostClass::Nop);
-        assert_eq!(entry_cost(&[0x0f, 0x1f, 0x44, 0x00, 0x00], 0), CostClass::Nop);
+        assert_eq!(
+            entry_cost(&[0x0f, 0x1f, 0x44, 0x00, 0x00], 0),
+            CostClass::Nop
+        );
         assert_eq!(entry_cost(&[0x66, 0x90], 0), CostClass::Nop);
         assert_eq!(entry_cost(&[0x55], 0), CostClass::Emulated); // push %rbp
         assert_eq!(entry_cost(&[0x41, 0x57], 0), CostClass::Emulated); // push %r15
         assert_eq!(entry_cost(&[0xe8, 0, 0, 0, 0], 0), CostClass::Emulated); // call rel32
         assert_eq!(entry_cost(&[0xeb, 0x00], 0), CostClass::Emulated); // jmp rel8
         assert_eq!(entry_cost(&[0x74, 0x00], 0), CostClass::Emulated); // je rel8
-        assert_eq!(entry_cost(&[0xf3, 0x0f, 0x1e, 0xfa], 0), CostClass::SingleStep); // endbr64
+        assert_eq!(
+            entry_cost(&[0xf3, 0x0f, 0x1e, 0xfa], 0),
+            CostClass::SingleStep
+        ); // endbr64
         assert_eq!(entry_cost(&[0x48, 0x89, 0xe5], 0), CostClass::SingleStep); // mov %rsp,%rbp
-        assert_eq!(entry_cost(&[0x48, 0x83, 0xec, 0x08], 0), CostClass::SingleStep); // sub
-        assert_eq!(entry_cost(&[0xff, 0x35, 0, 0, 0, 0], 0), CostClass::SingleStep); // push mem
+        assert_eq!(
+            entry_cost(&[0x48, 0x83, 0xec, 0x08], 0),
+            CostClass::SingleStep
+        ); // sub
+        assert_eq!(
+            entry_cost(&[0xff, 0x35, 0, 0, 0, 0], 0),
+            CostClass::SingleStep
+        ); // push mem
     }
 
     #[test]
     fn rets_and_tail_calls() {
         // test edi,edi; je +1; ret; rep ret; ret 8; jmp -> outside (tail call); jmp back (inside)
-        let bytes = [0x85, 0xff, 0x74, 0x01, 0xc3, 0xf3, 0xc3, 0xc2, 0x08, 0x00,
-            0xe9, 0x00, 0x10, 0x00, 0x00, 0xeb, 0xef];
+        let bytes = [
+            0x85, 0xff, 0x74, 0x01, 0xc3, 0xf3, 0xc3, 0xc2, 0x08, 0x00, 0xe9, 0x00, 0x10, 0x00,
+            0x00, 0xeb, 0xef,
+        ];
         let sites = exits_of(&[code(&bytes)]);
         let offs: Vec<u64> = sites.iter().map(|s| s.file_offset).collect();
         assert_eq!(offs, vec![0x104, 0x105, 0x107, 0x10a]);
@@ -174,18 +214,16 @@ mod tests {
         assert_eq!(sites[3].cost, CostClass::Emulated);
         // the same jump, once its target is a fragment of the function, is no exit.
         let cold = [0xc3u8];
-        let frag = Code { bytes: &cold, address: 0x1000 + 15 + 0x1000, file_offset: 0x5000 };
-        let offs: Vec<u64> = exits_of(&[code(&bytes), frag]).iter().map(|s| s.file_offset).collect();
+        let frag = Code {
+            bytes: &cold,
+            address: 0x1000 + 15 + 0x1000,
+            file_offset: 0x5000,
+        };
+        let offs: Vec<u64> = exits_of(&[code(&bytes), frag])
+            .iter()
+            .map(|s| s.file_offset)
+            .collect();
         assert_eq!(offs, vec![0x104, 0x105, 0x107, 0x5000]);
-    }
-
-    /// RET instructions of `sym` as objdump sees them.
-    fn objdump_rets(obj: &std::path::Path, sym: &str) -> usize {
-        let out = Command::new("objdump").arg("-d").arg(format!("--disassemble={sym}"))
-            .arg(obj).output().unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        text.lines().filter(|l| l.split('\t').nth(2).is_some_and(|i| i.starts_with("ret")
-            || i.starts_with("repz ret") || i.starts_with("rep ret"))).count()
     }
 
     #[test]
@@ -200,17 +238,45 @@ mod tests {
             }
             int framed(int x) { return many(x) + 1; }
         "#;
-        let cet = build(dir.path(), "cet.so", src, false,
-            &["-O2", "-shared", "-fPIC", "-fcf-protection=full"]);
-        let fp = build(dir.path(), "fp.so", src, false,
-            &["-O0", "-shared", "-fPIC", "-fno-omit-frame-pointer", "-fcf-protection=none"]);
+        let cet = build(
+            dir.path(),
+            "cet.so",
+            src,
+            false,
+            &["-O2", "-shared", "-fPIC", "-fcf-protection=full"],
+        );
+        let fp = build(
+            dir.path(),
+            "fp.so",
+            src,
+            false,
+            &[
+                "-O0",
+                "-shared",
+                "-fPIC",
+                "-fno-omit-frame-pointer",
+                "-fcf-protection=none",
+            ],
+        );
         for (obj, first) in [(&cet, CostClass::SingleStep), (&fp, CostClass::Emulated)] {
             let syms = ObjectSymbols::load(obj).unwrap();
             for name in ["many", "framed"] {
-                let f = syms.functions.iter().find(|f| f.names[0].mangled == name).unwrap();
-                assert_eq!(entry_site(&syms, f).unwrap().cost, first, "{name} in {}", obj.display());
+                let f = syms
+                    .functions
+                    .iter()
+                    .find(|f| f.names[0].mangled == name)
+                    .unwrap();
+                assert_eq!(
+                    entry_site(&syms, f).unwrap().cost,
+                    first,
+                    "{name} in {}",
+                    obj.display()
+                );
                 let exits = exit_sites(&syms, f).unwrap();
-                let rets = exits.iter().filter(|s| s.cost == CostClass::SingleStep).count();
+                let rets = exits
+                    .iter()
+                    .filter(|s| s.cost == CostClass::SingleStep)
+                    .count();
                 assert_eq!(rets, objdump_rets(obj, name), "{name} in {}", obj.display());
                 assert!(!exits.is_empty());
             }
@@ -220,12 +286,26 @@ mod tests {
     #[test]
     fn size_zero_is_an_error_for_exits() {
         let dir = tempfile::tempdir().unwrap();
-        let so = build(dir.path(), "z.so", "int f(void){return 1;}", false, &["-shared", "-fPIC"]);
+        let so = build(
+            dir.path(),
+            "z.so",
+            "int f(void){return 1;}",
+            false,
+            &["-shared", "-fPIC"],
+        );
         let syms = ObjectSymbols::load(&so).unwrap();
-        let mut f = syms.functions.iter().find(|f| f.names[0].mangled == "f").unwrap().clone();
+        let mut f = syms
+            .functions
+            .iter()
+            .find(|f| f.names[0].mangled == "f")
+            .unwrap()
+            .clone();
         f.size = 0;
         let e = exit_sites(&syms, &f).unwrap_err().to_string();
-        assert!(e.contains("size unknown") && e.contains("return = \"uretprobe\""), "{e}");
+        assert!(
+            e.contains("size unknown") && e.contains("return = \"uretprobe\""),
+            "{e}"
+        );
         assert!(entry_site(&syms, &f).is_ok());
     }
 }

@@ -9,8 +9,8 @@
 //! `::` and `/`, `\` escapes `[ ] * ?`, and `{ }` are literal (they occur in C++ and Go names).
 
 use globset::{GlobBuilder, GlobMatcher};
-use strsim::{jaro_winkler, normalized_damerau_levenshtein};
 
+use super::suggest;
 use super::symbols::{Function, ObjectSymbols, SymbolName};
 
 /// How many matches an ambiguity error lists.
@@ -47,19 +47,34 @@ pub enum MatchError {
 /// A compiled pattern.
 enum Pattern {
     /// Compared with the mangled names.
-    Mangled { literal: String, glob: Option<GlobMatcher> },
+    Mangled {
+        literal: String,
+        glob: Option<GlobMatcher>,
+    },
     /// Compared with the demangled names.
-    Demangled { raw: String, literal: String, glob: Option<GlobMatcher> },
+    Demangled {
+        raw: String,
+        literal: String,
+        glob: Option<GlobMatcher>,
+    },
 }
 
 impl Pattern {
     fn compile(pattern: &str) -> Result<Pattern, MatchError> {
-        let glob = if has_glob_meta(pattern) { Some(compile_glob(pattern)?) } else { None };
+        let glob = if has_glob_meta(pattern) {
+            Some(compile_glob(pattern)?)
+        } else {
+            None
+        };
         let literal = unescape(pattern);
         if pattern.starts_with("_Z") || pattern.starts_with("_R") {
             Ok(Pattern::Mangled { literal, glob })
         } else {
-            Ok(Pattern::Demangled { raw: pattern.to_string(), literal, glob })
+            Ok(Pattern::Demangled {
+                raw: pattern.to_string(),
+                literal,
+                glob,
+            })
         }
     }
 
@@ -69,7 +84,9 @@ impl Pattern {
             Pattern::Mangled { literal, .. } => {
                 n.mangled == *literal || super::demangle::strip_suffixes(&n.mangled) == literal
             }
-            Pattern::Demangled { raw, literal, .. } => n.demangled == *raw || n.demangled == *literal,
+            Pattern::Demangled { raw, literal, .. } => {
+                n.demangled == *raw || n.demangled == *literal
+            }
         }
     }
 
@@ -98,7 +115,7 @@ pub fn has_glob_meta(p: &str) -> bool {
 }
 
 /// `p` with its backslash escapes resolved (`foo\[abi:cxx11\]` -> `foo[abi:cxx11]`).
-fn unescape(p: &str) -> String {
+pub(crate) fn unescape(p: &str) -> String {
     let mut out = String::with_capacity(p.len());
     let mut chars = p.chars();
     while let Some(c) = chars.next() {
@@ -151,7 +168,12 @@ pub fn find<'a>(
     let collect = |hit: &dyn Fn(&SymbolName) -> bool| -> Vec<Match<'a>> {
         syms.functions
             .iter()
-            .filter_map(|f| f.names.iter().find(|n| hit(n)).map(|name| Match { function: f, name }))
+            .filter_map(|f| {
+                f.names
+                    .iter()
+                    .find(|n| hit(n))
+                    .map(|name| Match { function: f, name })
+            })
             .collect()
     };
     let mut found = collect(&|n| compiled.exact(n));
@@ -159,12 +181,18 @@ pub fn find<'a>(
         found = collect(&|n| compiled.glob(n));
     }
     match found.len() {
-        0 => Err(MatchError::NoMatch { nearest: nearest(syms, pattern, 5) }),
+        0 => Err(MatchError::NoMatch {
+            nearest: suggest::nearest(syms, pattern, 5),
+        }),
         1 => Ok(found),
         _ if all_matches => Ok(found),
         count => Err(MatchError::Ambiguous {
             count,
-            listed: found.iter().take(LIST_MAX).map(|m| describe(m.name)).collect(),
+            listed: found
+                .iter()
+                .take(LIST_MAX)
+                .map(|m| describe(m.name))
+                .collect(),
         }),
     }
 }
@@ -178,89 +206,20 @@ pub fn describe(n: &SymbolName) -> String {
     }
 }
 
-/// Up to `max` names of `syms` similar to `pattern`, best first: names containing it first
-/// (shortest first), then by string similarity of the whole name or its last component.
-pub fn nearest(syms: &ObjectSymbols, pattern: &str, max: usize) -> Vec<String> {
-    let mangled = pattern.starts_with("_Z") || pattern.starts_with("_R");
-    let query: String =
-        unescape(pattern).chars().filter(|c| !matches!(c, '*' | '?')).collect::<String>().to_lowercase();
-    if query.is_empty() {
-        return Vec::new();
-    }
-    let mut names: Vec<&str> = syms
-        .functions
-        .iter()
-        .flat_map(|f| f.names.iter())
-        .map(|n| if mangled { n.mangled.as_str() } else { n.demangled.as_str() })
-        .collect();
-    names.sort_unstable();
-    names.dedup();
-    let mut scored: Vec<(u8, f64, &str)> = names
-        .into_iter()
-        .map(|name| {
-            let lower = name.to_lowercase();
-            let tier = if query.len() >= 3 && lower.contains(&query) { 0 } else { 1 };
-            let last = lower.rsplit(['.', ':', '/']).next().unwrap_or(&lower);
-            let sim = |a: &str| 0.5 * normalized_damerau_levenshtein(&query, a) + 0.5 * jaro_winkler(&query, a);
-            let score = if tier == 0 { -(name.len() as f64) } else { sim(&lower).max(sim(last)) };
-            (tier, score, name)
-        })
-        .collect();
-    scored.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.total_cmp(&a.1)).then(a.2.cmp(b.2)));
-    scored.into_iter().take(max).map(|(_, _, n)| n.to_string()).collect()
-}
-
-/// Why a name that exists in some form cannot be probed: it is only present as compiler clones
-/// or fragments, or it is a GNU indirect function.
-pub fn explain_missing(syms: &ObjectSymbols, pattern: &str) -> Option<String> {
-    let literal = unescape(pattern);
-    if syms.ifuncs.iter().any(|n| *n == literal) {
-        return Some(format!("'{literal}' is a GNU indirect function (its symbol is the resolver \
-            that picks an implementation at load time): probe an implementation instead"));
-    }
-    let clones: Vec<&str> = syms
-        .fragments
-        .iter()
-        .filter(|f| f.base == literal || super::demangle::demangle(&f.base) == literal)
-        .map(|f| f.name.as_str())
-        .take(LIST_MAX)
-        .collect();
-    (!clones.is_empty()).then(|| {
-        format!("only compiler fragments or clones of it exist ({}), which are never probed \
-            as functions", clones.join(", "))
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resolve::symbols::tests::build;
-
-    pub(crate) const CXX_SRC: &str = r#"
-        #include <stdexcept>
-        #include <string>
-        struct RelationData; struct TupleTableSlot; struct BulkInsertStateData;
-        namespace pax {
-        struct CCPaxAccessMethod {
-            static int TupleInsert(RelationData*, TupleTableSlot*, unsigned, int, BulkInsertStateData*);
-        };
-        int CCPaxAccessMethod::TupleInsert(RelationData* r, TupleTableSlot*, unsigned n, int, BulkInsertStateData*) {
-            if (r == nullptr && n == 7) throw std::runtime_error("boom");
-            return static_cast<int>(n) + 1;
-        }
-        int over(int x) { return x + 1; }
-        int over(double x) { return static_cast<int>(x) + 2; }
-        std::string Name() { return "pax"; }
-        template <typename T> struct Writer { T write(T x) const { return x + 1; } };
-        template struct Writer<int>;
-        }
-        extern "C" int XLogPaxInsert(int x) { return x * 2; }
-        extern "C" int XLogPaxAlias(int x) __attribute__((alias("XLogPaxInsert")));
-    "#;
+    use crate::resolve::testutil::{build, objdump_rets, CXX_SRC};
 
     fn cxx_syms() -> (tempfile::TempDir, ObjectSymbols) {
         let dir = tempfile::tempdir().unwrap();
-        let so = build(dir.path(), "libpax.so", CXX_SRC, true, &["-O2", "-shared", "-fPIC"]);
+        let so = build(
+            dir.path(),
+            "libpax.so",
+            CXX_SRC,
+            true,
+            &["-O2", "-shared", "-fPIC"],
+        );
         let syms = ObjectSymbols::load(&so).unwrap();
         (dir, syms)
     }
@@ -279,15 +238,30 @@ mod tests {
         assert_eq!(one(&syms, "pax::CCPaxAccessMethod::TupleInsert"), mangled);
         assert_eq!(one(&syms, "pax::CCPaxAccessMethod::TupleInsert*"), mangled);
         assert_eq!(one(&syms, "*::TupleIns?rt"), mangled);
-        assert_eq!(one(&syms, "_ZN3pax17CCPaxAccessMethod11TupleInsert*"), mangled);
+        assert_eq!(
+            one(&syms, "_ZN3pax17CCPaxAccessMethod11TupleInsert*"),
+            mangled
+        );
         // [abi:cxx11]: literal, escaped, and glob spellings.
         assert_eq!(one(&syms, "pax::Name[abi:cxx11]"), "_ZN3pax4NameB5cxx11Ev");
-        assert_eq!(one(&syms, r"pax::Name\[abi:cxx11\]"), "_ZN3pax4NameB5cxx11Ev");
+        assert_eq!(
+            one(&syms, r"pax::Name\[abi:cxx11\]"),
+            "_ZN3pax4NameB5cxx11Ev"
+        );
         assert_eq!(one(&syms, r"pax::Na*\[abi:*"), "_ZN3pax4NameB5cxx11Ev");
-        assert_eq!(one(&syms, "pax::Writer<int>::write"), "_ZNK3pax6WriterIiE5writeEi");
+        assert_eq!(
+            one(&syms, "pax::Writer<int>::write"),
+            "_ZNK3pax6WriterIiE5writeEi"
+        );
         // extern "C" plus an alias: one function.
         assert_eq!(find(&syms, "XLogPax*", false).unwrap().len(), 1);
-        assert_eq!(find(&syms, "XLogPaxAlias", false).unwrap()[0].function.names.len(), 2);
+        assert_eq!(
+            find(&syms, "XLogPaxAlias", false).unwrap()[0]
+                .function
+                .names
+                .len(),
+            2
+        );
     }
 
     #[test]
@@ -295,8 +269,14 @@ mod tests {
         let (_d, syms) = cxx_syms();
         match find(&syms, "pax::over", false) {
             Err(MatchError::Ambiguous { count: 2, listed }) => {
-                assert!(listed.iter().any(|l| l.contains("_ZN3pax4overEi")), "{listed:?}");
-                assert!(listed.iter().any(|l| l.contains("_ZN3pax4overEd")), "{listed:?}");
+                assert!(
+                    listed.iter().any(|l| l.contains("_ZN3pax4overEi")),
+                    "{listed:?}"
+                );
+                assert!(
+                    listed.iter().any(|l| l.contains("_ZN3pax4overEd")),
+                    "{listed:?}"
+                );
             }
             other => panic!("{other:?}"),
         }
@@ -304,31 +284,15 @@ mod tests {
     }
 
     #[test]
-    fn no_match_suggests_nearest() {
-        let (_d, syms) = cxx_syms();
-        match find(&syms, "pax::CCPaxAccessMethod::TupleInsrt", false) {
-            Err(MatchError::NoMatch { nearest }) => {
-                assert_eq!(nearest[0], "pax::CCPaxAccessMethod::TupleInsert", "{nearest:?}");
-                assert!(nearest.len() <= 5);
-            }
-            other => panic!("{other:?}"),
-        }
-        match find(&syms, "TupleInsert", false) {
-            Err(MatchError::NoMatch { nearest }) => {
-                assert_eq!(nearest[0], "pax::CCPaxAccessMethod::TupleInsert", "{nearest:?}")
-            }
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(find(&syms, "pax::[", false), Err(MatchError::BadPattern(_))));
-    }
-
-    #[test]
     fn glob_helpers() {
         assert!(has_glob_meta("a*"));
         assert!(!has_glob_meta(r"a\[b\]"));
         assert_eq!(unescape(r"a\[b\]\*"), "a[b]*");
-        let g = compile_glob("go.shape.struct { ID int64 \"parquet:\\\"id\\\"\" }*").unwrap();
-        assert!(g.is_match("go.shape.struct { ID int64 \"parquet:\\\"id\\\"\" }.Write"));
+        // Go generics: a struct type with quotes and backslashes inside brackets and braces.
+        let name = r#"pq.(*GenericWriter[go.shape.struct { ID int64 "parquet:\"id\"" }]).Write"#;
+        let g =
+            compile_glob(r"pq.(\*GenericWriter\[go.shape.struct { ID int64 *}\]).Write").unwrap();
+        assert!(g.is_match(name));
         let g = compile_glob("main.(\\*T).*").unwrap();
         assert!(g.is_match("main.(*T).Write") && !g.is_match("main.(*U).Write"));
         assert!(compile_glob("a**b").unwrap().is_match("a::x/y::b"));
@@ -345,15 +309,35 @@ mod tests {
                 return x * 2;
             }
         "#;
-        let so = build(dir.path(), "libcold.so", src, false, &["-O2", "-shared", "-fPIC"]);
+        let so = build(
+            dir.path(),
+            "libcold.so",
+            src,
+            false,
+            &["-O2", "-shared", "-fPIC"],
+        );
         let syms = ObjectSymbols::load(&so).unwrap();
-        let all: Vec<&str> = syms.functions.iter().flat_map(|f| f.names.iter()).map(|n| n.mangled.as_str()).collect();
+        let all: Vec<&str> = syms
+            .functions
+            .iter()
+            .flat_map(|f| f.names.iter())
+            .map(|n| n.mangled.as_str())
+            .collect();
         assert!(all.iter().all(|n| !n.contains(".cold")), "{all:?}");
-        assert!(syms.fragments.iter().any(|f| f.name.starts_with("hot.cold")),
-            "gcc made no hot.cold: {:?}", syms.fragments);
+        assert!(
+            syms.fragments
+                .iter()
+                .any(|f| f.name.starts_with("hot.cold")),
+            "gcc made no hot.cold: {:?}",
+            syms.fragments
+        );
         let m = find(&syms, "hot*", false).unwrap();
         assert_eq!(m[0].name.mangled, "hot");
         assert_eq!(syms.cold_fragments_of(m[0].function).count(), 1);
-        assert!(explain_missing(&syms, "hot").is_some());
+        assert!(crate::resolve::suggest::explain_missing(&syms, "hot").is_some());
+        // The RETs of hot.cold are exits of hot; the jump into it is none.
+        let exits = crate::resolve::disasm::exit_sites(&syms, m[0].function).unwrap();
+        let rets = objdump_rets(&so, "hot") + objdump_rets(&so, "hot.cold");
+        assert_eq!(exits.len(), rets, "{exits:?}");
     }
 }

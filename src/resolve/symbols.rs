@@ -2,8 +2,8 @@
 //!
 //! In: a path to an x86-64 ELF executable or shared object. Out: an [`ObjectSymbols`] holding
 //! every defined function of .symtab and .dynsym (Debian's postgres is stripped: .dynsym only),
-//! one [`Function`] per address (aliases folded, the preferred name first, symbol versions
-//! stripped), each with its size, file offset (through its PT_LOAD segment), demangled names and
+//! one [`Function`] per address (aliases folded, the preferred name first, default symbol
+//! versions stripped, hidden ones kept as `name@VERSION`), each with its size, file offset (through its PT_LOAD segment), demangled names and
 //! language; the compiler fragments (`.cold`, `.part.N`, `.isra`...) kept apart, never as
 //! functions; the GNU build id; whether it is a Go binary; and the file bytes for disassembly.
 
@@ -19,13 +19,21 @@ use super::demangle::{demangle, language_of};
 use super::Language;
 
 /// Name parts marking a compiler-made fragment or clone of a function, never probed as one.
-const FRAGMENT_MARKERS: &[&str] =
-    &[".cold", ".part.", ".isra", ".constprop", ".localalias", ".clone.", ".specialized."];
+const FRAGMENT_MARKERS: &[&str] = &[
+    ".cold",
+    ".part.",
+    ".isra",
+    ".constprop",
+    ".localalias",
+    ".clone.",
+    ".specialized.",
+];
 
 /// One name of a function.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SymbolName {
-    /// The name in the symbol table, version (`@@GLIBC_2.2.5`) stripped.
+    /// The name in the symbol table, default version (`@@GLIBC_2.2.5`) stripped; a hidden
+    /// (non-default) version stays (`memcpy@GLIBC_2.2.5`).
     pub mangled: String,
     /// Demangled, without parameter list or Rust hash.
     pub demangled: String,
@@ -70,6 +78,8 @@ pub struct ObjectSymbols {
     pub build_id: Option<String>,
     /// Has `.note.go.buildid` or `.go.buildinfo`.
     pub is_go: bool,
+    /// Has a .symtab (false when stripped: only exported functions are visible).
+    pub has_symtab: bool,
     /// Functions, sorted by address.
     pub functions: Vec<Function>,
     /// Compiler fragments, sorted by address.
@@ -91,7 +101,8 @@ struct Raw {
 impl ObjectSymbols {
     /// Reads and parses `path`.
     pub fn load(path: &Path) -> anyhow::Result<ObjectSymbols> {
-        let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let data =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         ObjectSymbols::parse(path, data)
     }
 
@@ -100,7 +111,9 @@ impl ObjectSymbols {
         let shown = path.display();
         match FileKind::parse(&*data) {
             Ok(FileKind::Elf64) => {}
-            Ok(FileKind::Elf32) => bail!("{shown} is a 32-bit ELF object; wprof supports x86-64 only"),
+            Ok(FileKind::Elf32) => {
+                bail!("{shown} is a 32-bit ELF object; wprof supports x86-64 only")
+            }
             _ => bail!("{shown} is not an ELF object"),
         }
         let elf = ElfFile64::<Endianness>::parse(&*data)
@@ -108,15 +121,19 @@ impl ObjectSymbols {
         let endian = elf.endian();
         let header = elf.elf_header();
         if header.e_machine(endian) != elf::EM_X86_64 {
-            bail!("{shown} is an ELF object for machine {}; wprof supports x86-64 only",
-                header.e_machine(endian));
+            bail!(
+                "{shown} is an ELF object for machine {}; wprof supports x86-64 only",
+                header.e_machine(endian)
+            );
         }
         if header.e_type(endian) == elf::ET_REL {
             bail!("{shown} is a relocatable object (.o): probe the linked executable or library");
         }
         let is_go = elf.section_by_name(".note.go.buildid").is_some()
             || elf.section_by_name(".go.buildinfo").is_some();
-        let build_id = elf.build_id().ok().flatten().map(hex);
+        let has_symtab = !elf.elf_symbol_table().is_empty();
+        let build_id = elf.build_id().ok().flatten();
+        let build_id = build_id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
         // (vaddr, filesz, offset) of the PT_LOAD segments.
         let loads: Vec<(u64, u64, u64)> = elf
             .elf_program_headers()
@@ -134,9 +151,17 @@ impl ObjectSymbols {
         let mut by_addr: BTreeMap<u64, Vec<Raw>> = BTreeMap::new();
         let mut fragments = Vec::new();
         let mut ifuncs = HashSet::new();
-        let tables = [(elf.elf_symbol_table(), false), (elf.elf_dynamic_symbol_table(), true)];
+        let versions = elf
+            .elf_section_table()
+            .versions(endian, &*data)
+            .ok()
+            .flatten();
+        let tables = [
+            (elf.elf_symbol_table(), false),
+            (elf.elf_dynamic_symbol_table(), true),
+        ];
         for (table, dynamic) in tables {
-            for sym in table.iter() {
+            for (index, sym) in table.enumerate() {
                 let kind = sym.st_type();
                 if (kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC)
                     || sym.st_shndx(endian) == elf::SHN_UNDEF
@@ -144,11 +169,34 @@ impl ObjectSymbols {
                 {
                     continue;
                 }
-                let Ok(raw_name) = table.symbol_name(endian, sym) else { continue };
+                let Ok(raw_name) = table.symbol_name(endian, sym) else {
+                    continue;
+                };
                 let raw_name = String::from_utf8_lossy(raw_name);
-                let (name, versioned) = match raw_name.split_once('@') {
-                    Some((n, _)) => (n.to_string(), true),
-                    None => (raw_name.to_string(), false),
+                // A hidden (non-default) version in .dynsym: a compat symbol new code does not
+                // bind to; it keeps its `@VERSION` so that the plain name means the default one.
+                let hidden = match (&versions, dynamic) {
+                    (Some(v), true) => {
+                        let vi = v.version_index(endian, index);
+                        let vname = v
+                            .version(vi)
+                            .ok()
+                            .flatten()
+                            .map(|v| String::from_utf8_lossy(v.name()));
+                        vi.is_hidden()
+                            .then_some(vname)
+                            .flatten()
+                            .map(|v| format!("@{v}"))
+                    }
+                    _ => None,
+                };
+                let (name, versioned) = match (raw_name.split_once("@@"), raw_name.contains('@')) {
+                    (Some((n, _)), _) => (n.to_string(), true),
+                    (None, true) => (raw_name.to_string(), true),
+                    (None, false) => match hidden {
+                        Some(v) => (format!("{raw_name}{v}"), true),
+                        None => (raw_name.to_string(), false),
+                    },
                 };
                 if name.is_empty() {
                     continue;
@@ -158,17 +206,31 @@ impl ObjectSymbols {
                     continue;
                 }
                 let address = sym.st_value(endian);
-                let Some(offset) = file_offset(address) else { continue };
+                let Some(offset) = file_offset(address) else {
+                    continue;
+                };
                 let size = sym.st_size(endian);
                 if !is_go {
                     if let Some(base) = fragment_base(&name) {
                         let base = base.to_string();
-                        fragments.push(Fragment { base, name, address, size, file_offset: offset });
+                        fragments.push(Fragment {
+                            base,
+                            name,
+                            address,
+                            size,
+                            file_offset: offset,
+                        });
                         continue;
                     }
                 }
                 let global = sym.st_bind() != elf::STB_LOCAL;
-                by_addr.entry(address).or_default().push(Raw { name, versioned, dynamic, global, size });
+                by_addr.entry(address).or_default().push(Raw {
+                    name,
+                    versioned,
+                    dynamic,
+                    global,
+                    size,
+                });
             }
         }
 
@@ -176,24 +238,49 @@ impl ObjectSymbols {
         for (address, mut raws) in by_addr {
             raws.sort_by_key(|r| {
                 let underscores = r.name.bytes().take_while(|b| *b == b'_').count();
-                (!r.dynamic, !r.global, r.versioned, underscores, r.name.len(), r.name.clone())
+                (
+                    !r.dynamic,
+                    !r.global,
+                    r.versioned,
+                    underscores,
+                    r.name.len(),
+                    r.name.clone(),
+                )
             });
             let size = raws.iter().map(|r| r.size).max().unwrap_or(0);
             let mut names: Vec<SymbolName> = Vec::new();
             for r in &raws {
                 if !names.iter().any(|n| n.mangled == r.name) {
-                    names.push(SymbolName { demangled: demangle(&r.name), mangled: r.name.clone() });
+                    names.push(SymbolName {
+                        demangled: demangle(&r.name),
+                        mangled: r.name.clone(),
+                    });
                 }
             }
             let language = language_of(&names[0].mangled, is_go);
             let file_offset = file_offset(address).unwrap_or(0);
-            functions.push(Function { names, address, size, file_offset, language });
+            functions.push(Function {
+                names,
+                address,
+                size,
+                file_offset,
+                language,
+            });
         }
         fragments.sort_by(|a, b| (a.address, &a.name).cmp(&(b.address, &b.name)));
         fragments.dedup_by(|a, b| a.address == b.address && a.name == b.name);
         let mut ifuncs: Vec<String> = ifuncs.into_iter().collect();
         ifuncs.sort();
-        Ok(ObjectSymbols { path: path.to_path_buf(), build_id, is_go, functions, fragments, ifuncs, data })
+        Ok(ObjectSymbols {
+            path: path.to_path_buf(),
+            build_id,
+            is_go,
+            has_symtab,
+            functions,
+            fragments,
+            ifuncs,
+            data,
+        })
     }
 
     /// `len` bytes of the file from `file_offset`, if the file holds them all.
@@ -204,66 +291,30 @@ impl ObjectSymbols {
     }
 
     /// The `.cold` fragments split off `f` (GCC's hot/cold splitting): code of the same frame.
-    pub fn cold_fragments_of<'a>(&'a self, f: &'a Function) -> impl Iterator<Item = &'a Fragment> + 'a {
+    pub fn cold_fragments_of<'a>(
+        &'a self,
+        f: &'a Function,
+    ) -> impl Iterator<Item = &'a Fragment> + 'a {
         self.fragments.iter().filter(move |fr| {
-            fr.name[fr.base.len()..].starts_with(".cold") && f.names.iter().any(|n| n.mangled == fr.base)
+            fr.name[fr.base.len()..].starts_with(".cold")
+                && f.names.iter().any(|n| n.mangled == fr.base)
         })
     }
 }
 
 /// The name a fragment was split from, or None if `name` is not a fragment.
 pub fn fragment_base(name: &str) -> Option<&str> {
-    FRAGMENT_MARKERS.iter().filter_map(|m| name.find(m)).min().map(|i| &name[..i])
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    FRAGMENT_MARKERS
+        .iter()
+        .filter_map(|m| name.find(m))
+        .min()
+        .map(|i| &name[..i])
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
-    use std::process::Command;
-
-    /// Compiles `src` (C, or C++ when `cxx`) into a shared object or executable in `dir`.
-    pub(crate) fn build(dir: &Path, name: &str, src: &str, cxx: bool, flags: &[&str]) -> PathBuf {
-        let ext = if cxx { "cc" } else { "c" };
-        let source = dir.join(format!("{name}.{ext}"));
-        std::fs::write(&source, src).unwrap();
-        let out = dir.join(name);
-        let compiler = if cxx { "g++" } else { "cc" };
-        let st = Command::new(compiler).args(flags).arg("-o").arg(&out).arg(&source).status().unwrap();
-        assert!(st.success(), "{compiler} failed on {name}");
-        out
-    }
-
-    /// `nm`'s address of a defined symbol.
-    pub(crate) fn nm_address(obj: &Path, name: &str) -> u64 {
-        let out = Command::new("nm").arg(obj).output().unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        text.lines()
-            .find_map(|l| {
-                let mut it = l.split_whitespace();
-                let (a, _, n) = (it.next()?, it.next()?, it.next()?);
-                (n == name).then(|| u64::from_str_radix(a, 16).unwrap())
-            })
-            .unwrap_or_else(|| panic!("nm: no {name} in {}", obj.display()))
-    }
-
-    /// File offset of `addr` computed from `readelf -lW` LOAD lines.
-    pub(crate) fn readelf_offset(obj: &Path, addr: u64) -> u64 {
-        let out = Command::new("readelf").arg("-lW").arg(obj).output().unwrap();
-        let text = String::from_utf8(out.stdout).unwrap();
-        for l in text.lines().filter(|l| l.trim_start().starts_with("LOAD")) {
-            let f: Vec<u64> = l.split_whitespace().skip(1).take(5)
-                .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap()).collect();
-            let (off, va, filesz) = (f[0], f[1], f[3]);
-            if addr >= va && addr < va + filesz {
-                return addr - va + off;
-            }
-        }
-        panic!("readelf: {addr:#x} in no LOAD segment");
-    }
+    use crate::resolve::testutil::{build, nm_address, readelf_offset};
 
     const C_SRC: &str = r#"
         int f(int x) { return x * 3 + 1; }
@@ -275,13 +326,22 @@ pub(crate) mod tests {
     #[test]
     fn c_functions_aliases_and_offsets() {
         let dir = tempfile::tempdir().unwrap();
-        let so = build(dir.path(), "libt.so", C_SRC, false, &["-O1", "-shared", "-fPIC"]);
+        let so = build(
+            dir.path(),
+            "libt.so",
+            C_SRC,
+            false,
+            &["-O1", "-shared", "-fPIC"],
+        );
         let syms = ObjectSymbols::load(&so).unwrap();
         assert!(!syms.is_go);
         assert!(syms.build_id.as_deref().is_some_and(|b| b.len() >= 16));
         // f and g share an address: one function, both names.
-        let fs: Vec<_> = syms.functions.iter()
-            .filter(|f| f.names.iter().any(|n| n.mangled == "f" || n.mangled == "g")).collect();
+        let fs: Vec<_> = syms
+            .functions
+            .iter()
+            .filter(|f| f.names.iter().any(|n| n.mangled == "f" || n.mangled == "g"))
+            .collect();
         assert_eq!(fs.len(), 1, "{fs:?}");
         let f = fs[0];
         assert_eq!(f.names.len(), 2);
@@ -290,9 +350,27 @@ pub(crate) mod tests {
         assert_eq!(f.language, Language::C);
         assert!(f.size > 0);
         // the static function comes from .symtab.
-        let h = syms.functions.iter().find(|f| f.names[0].mangled == "hidden_helper").unwrap();
-        assert_eq!(h.file_offset, readelf_offset(&so, nm_address(&so, "hidden_helper")));
+        let h = syms
+            .functions
+            .iter()
+            .find(|f| f.names[0].mangled == "hidden_helper")
+            .unwrap();
+        assert_eq!(
+            h.file_offset,
+            readelf_offset(&so, nm_address(&so, "hidden_helper"))
+        );
         assert!(syms.bytes(h.file_offset, h.size).is_some());
+        // A non-PIE executable: addresses and file offsets differ.
+        let main = format!("{C_SRC}\nint main(void) {{ return f(1); }}\n");
+        let exe = build(dir.path(), "t", &main, false, &["-O1", "-no-pie"]);
+        let syms = ObjectSymbols::load(&exe).unwrap();
+        let f = syms
+            .functions
+            .iter()
+            .find(|f| f.names[0].mangled == "f")
+            .unwrap();
+        assert_ne!(f.address, f.file_offset);
+        assert_eq!(f.file_offset, readelf_offset(&exe, nm_address(&exe, "f")));
     }
 
     #[test]
@@ -303,7 +381,10 @@ pub(crate) mod tests {
         let e = ObjectSymbols::load(&p).unwrap_err().to_string();
         assert_eq!(e, format!("{} is not an ELF object", p.display()));
         let missing = ObjectSymbols::load(&dir.path().join("nope")).unwrap_err();
-        assert!(format!("{missing:#}").contains("cannot read"), "{missing:#}");
+        assert!(
+            format!("{missing:#}").contains("cannot read"),
+            "{missing:#}"
+        );
     }
 
     #[test]

@@ -12,6 +12,10 @@ use crate::aggregate::Aggregator;
 use crate::attach::process_alive;
 use crate::collect::Collector;
 
+/// How long the loop sleeps between drains. BPF wakes it early only when the ring is a quarter
+/// full, so this bounds the latency of small batches and of end conditions.
+const POLL_MS: i32 = 20;
+
 /// Why a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EndReason {
@@ -108,7 +112,7 @@ pub fn run(collector: &mut Collector, agg: &mut Aggregator, watch: &mut Watch, p
     let reason = loop {
         let mut pfd = libc::pollfd { fd: collector.fd(), events: libc::POLLIN, revents: 0 };
         // SAFETY: one valid pollfd; EINTR (a signal) just ends this wait early.
-        unsafe { libc::poll(&mut pfd, 1, 100) };
+        unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
         collector.drain(|e| agg.add(e));
         if let Some(r) = watch.check() {
             break r;

@@ -1,0 +1,202 @@
+//! The footer under the text tree: how each phase was probed, what could not be measured and
+//! what the probes cost.
+//!
+//! In: the [`Run`] and the nodes the tree flagged. Out: appended text — a column legend, the
+//! `phases:` table, the counters line, the probe-cost line and the list of flagged phases.
+
+use crate::model::{PhaseInfo, Run};
+use crate::resolve::demangle::demangle;
+
+use super::text::{Flagged, TextOptions};
+use super::units::format_ns;
+
+/// Longest symbol shown in the phases table; longer ones end in `…`.
+const SYMBOL_WIDTH: usize = 40;
+
+/// Appends the footer to `out`.
+pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], out: &mut String) {
+    if !run.tree.roots.is_empty() {
+        out.push_str(
+            "columns: time per root call (rows add up to their parent) · share of the parent · \
+             the phase's own calls: n, mean, p50, p99 · probe: estimated probe share of the mean\n",
+        );
+    }
+    write_phase_table(&run.phases, out);
+
+    let c = &run.counters;
+    out.push_str(&format!(
+        "events {} · lost spans {} · lost node defs {} · orphan spans {} · unmatched returns {} · \
+         abandoned {} · open at end {} · overflow {}",
+        c.events,
+        c.lost_spans,
+        c.lost_node_defs,
+        c.orphan_spans,
+        c.unmatched_returns,
+        c.abandoned,
+        c.open_at_end,
+        c.overflow
+    ));
+    if c.no_stack > 0 {
+        out.push_str(&format!(" · no stack {}", c.no_stack));
+    }
+    out.push('\n');
+
+    let pc = &run.probe_cost;
+    let traced: u64 = run.tree.roots.iter().map(|r| r.total_ns).sum();
+    out.push_str(&format!(
+        "probe cost (model): {} hits ≈ {} added to the target",
+        pc.hits,
+        format_ns(pc.added_ns)
+    ));
+    if traced > 0 {
+        out.push_str(&format!(
+            " ({:.1}% of the {} spent in root phases)",
+            pc.added_ns / traced as f64 * 100.0,
+            format_ns(traced as f64)
+        ));
+    }
+    out.push('\n');
+    if !pc.model.is_empty() {
+        out.push_str(&format!("  model: {}\n", pc.model));
+    }
+
+    let limit = opts.flag_probe_share * 100.0;
+    if flagged.is_empty() {
+        out.push_str(&format!("flagged (probe share > {limit:.0}%): none\n"));
+    } else {
+        let list: Vec<String> = flagged
+            .iter()
+            .map(|f| format!("{} {:.0}%", f.name, f.share * 100.0))
+            .collect();
+        out.push_str(&format!(
+            "flagged (probe share > {limit:.0}%, times inflated by the probes): {}\n",
+            list.join(", ")
+        ));
+    }
+}
+
+fn write_phase_table(phases: &[PhaseInfo], out: &mut String) {
+    out.push_str("phases:\n");
+    if phases.is_empty() {
+        out.push_str("  (none)\n");
+        return;
+    }
+    let header = [
+        "name",
+        "object",
+        "symbol",
+        "return",
+        "entry",
+        "exits",
+        "entries/returns",
+        "unmatched",
+        "status",
+    ];
+    // Numbers are right-aligned; the last column (status) is free text and never padded.
+    let right = [false, false, false, false, false, true, true, true, false];
+    let mut table: Vec<[String; 9]> = vec![header.map(str::to_string)];
+    for p in phases {
+        table.push([
+            p.name.clone(),
+            dash(basename(&p.object)),
+            dash(&symbol_text(&p.symbols)),
+            dash(&p.return_mode),
+            dash(&p.entry_cost),
+            if p.return_mode == "ret-sites" {
+                p.exit_sites.to_string()
+            } else {
+                "-".into()
+            },
+            format!("{}/{}", p.entries, p.returns),
+            p.unmatched_returns.to_string(),
+            dash(&p.status),
+        ]);
+    }
+    let mut widths = [0usize; 9];
+    for row in &table {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in &table {
+        let mut line = String::from(" ");
+        for (i, cell) in row.iter().enumerate() {
+            let pad = " ".repeat(widths[i] - cell.chars().count());
+            line.push(' ');
+            if i == row.len() - 1 {
+                line.push_str(cell);
+            } else if right[i] {
+                line.push_str(&format!("{pad}{cell} "));
+            } else {
+                line.push_str(&format!("{cell}{pad} "));
+            }
+        }
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+}
+
+fn basename(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+/// The first symbol, demangled without parameters, truncated at the front (the function name
+/// is at the end); `(+N)` when there are more.
+fn symbol_text(symbols: &[String]) -> String {
+    let Some(first) = symbols.first() else {
+        return String::new();
+    };
+    let mut s = truncate_front(&demangle(first), SYMBOL_WIDTH);
+    if symbols.len() > 1 {
+        s.push_str(&format!(" (+{})", symbols.len() - 1));
+    }
+    s
+}
+
+fn truncate_front(s: &str, n: usize) -> String {
+    let len = s.chars().count();
+    if len <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().skip(len + 1 - n).collect();
+        format!("…{t}")
+    }
+}
+
+fn dash(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_string()
+    } else {
+        s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symbols_are_demangled_and_truncated() {
+        assert_eq!(symbol_text(&[]), "");
+        assert_eq!(
+            symbol_text(&["_ZN2kv5Store11WriteRecordEPKcm".into()]),
+            "kv::Store::WriteRecord"
+        );
+        let long = "a_very_long_c_function_name_that_goes_on_and_on_and_on".to_string();
+        let s = symbol_text(&[long.clone(), long]);
+        assert_eq!(s, "…unction_name_that_goes_on_and_on_and_on (+1)");
+        let cxx = symbol_text(&[
+            "_ZN2kv5codec10CompressorINS0_3Lz4EE8compressERKSt6vectorIhSaIhEE".into(),
+        ]);
+        assert_eq!(cxx, "…c::Compressor<kv::codec::Lz4>::compress");
+    }
+
+    #[test]
+    fn basenames() {
+        assert_eq!(
+            basename("/usr/lib/x86_64-linux-gnu/libkv.so.1"),
+            "libkv.so.1"
+        );
+        assert_eq!(basename("exe"), "exe");
+    }
+}

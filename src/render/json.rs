@@ -1,0 +1,425 @@
+//! The run as JSON, schema v1: the only input of `report`, `compare` and `check`.
+//!
+//! In: a [`Run`] (to JSON) or the text of a RUN.json (from JSON). Out: a `serde_json::Value`
+//! or the [`Run`] back, exactly: histograms are written as their recorded buckets and recorded
+//! again on reading, so every figure derived from a reloaded run equals the original's. The
+//! document's shape lives only in this file's private mirror structs; docs/json.md describes it
+//! and docs/json-schema-v1.json validates it.
+
+use anyhow::{anyhow, bail, Context, Result};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::aggregate::{new_histogram, LatencyHistogram, PhaseTree, TreeNode};
+use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run, SCHEMA_VERSION};
+
+/// The run as a JSON document of schema [`SCHEMA_VERSION`].
+pub fn to_json(run: &Run) -> serde_json::Value {
+    let doc = Doc {
+        schema_version: SCHEMA_VERSION,
+        provenance: ProvenanceJ::from(&run.provenance),
+        phases: run.phases.iter().map(PhaseJ::from).collect(),
+        counters: CountersJ::from(&run.counters),
+        probe_cost: ProbeCostJ::from(&run.probe_cost),
+        tree: TreeJ {
+            roots: run.tree.roots.iter().map(NodeJ::from).collect(),
+            orphan_spans: run.tree.orphan_spans,
+            events: run.tree.events,
+        },
+    };
+    // Serializing these structs cannot fail: every map key is a string and there are no
+    // custom Serialize impls (non-finite floats become null rather than errors).
+    serde_json::to_value(&doc).unwrap_or_else(|e| unreachable!("run serializes to JSON: {e}"))
+}
+
+/// Reads a RUN.json. Refuses other schema versions and malformed or incomplete documents
+/// with a message naming the version, or the line and column of the problem.
+pub fn from_json(text: &str) -> Result<Run> {
+    let head: Head = serde_json::from_str(text).map_err(|e| anyhow!("malformed JSON: {e}"))?;
+    match head.schema_version {
+        None => bail!("no schema_version field: not a wprof RUN.json"),
+        Some(serde_json::Value::Number(n)) if n.as_u64() == Some(SCHEMA_VERSION.into()) => {}
+        Some(serde_json::Value::Number(n)) => match n.as_u64() {
+            Some(v) if v > SCHEMA_VERSION.into() => bail!(
+                "RUN.json has schema_version {v}; this wprof reads version {SCHEMA_VERSION} — upgrade wprof"
+            ),
+            _ => bail!(
+                "RUN.json has schema_version {n}; this wprof reads version {SCHEMA_VERSION}, and no wprof writes {n}"
+            ),
+        },
+        Some(other) => bail!("schema_version is {other}, not an integer: not a wprof RUN.json"),
+    }
+    let doc: Doc = serde_json::from_str(text)
+        .map_err(|e| anyhow!("RUN.json does not match schema v{SCHEMA_VERSION}: {e}"))?;
+    let mut roots = Vec::with_capacity(doc.tree.roots.len());
+    for r in doc.tree.roots {
+        roots.push(r.into_node(&mut Vec::new())?);
+    }
+    Ok(Run {
+        provenance: doc.provenance.into(),
+        phases: doc.phases.into_iter().map(PhaseInfo::from).collect(),
+        counters: doc.counters.into(),
+        probe_cost: doc.probe_cost.into(),
+        tree: PhaseTree {
+            roots,
+            orphan_spans: doc.tree.orphan_spans,
+            events: doc.tree.events,
+        },
+    })
+}
+
+/// Only the version, read first so that a newer document is refused by version rather than
+/// by whichever field changed.
+#[derive(Deserialize)]
+struct Head {
+    schema_version: Option<serde_json::Value>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Doc {
+    schema_version: u32,
+    provenance: ProvenanceJ,
+    phases: Vec<PhaseJ>,
+    counters: CountersJ,
+    probe_cost: ProbeCostJ,
+    tree: TreeJ,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProvenanceJ {
+    wprof_version: String,
+    host: String,
+    kernel: String,
+    started_unix: u64,
+    duration_s: f64,
+    pids: Vec<u32>,
+    command: Option<Vec<String>>,
+    profile_name: String,
+    profile_origin: String,
+    profile_hash: String,
+    objects: Vec<ObjectJ>,
+    end_reason: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ObjectJ {
+    path: String,
+    build_id: Option<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct PhaseJ {
+    id: u32,
+    name: String,
+    role: Option<String>,
+    object: String,
+    symbols: Vec<String>,
+    return_mode: String,
+    entry_cost: String,
+    exit_sites: u32,
+    status: String,
+    entries: u64,
+    returns: u64,
+    unmatched_returns: u64,
+    overflow: u64,
+    probe_pair_ns: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CountersJ {
+    events: u64,
+    lost_spans: u64,
+    lost_node_defs: u64,
+    orphan_spans: u64,
+    unmatched_returns: u64,
+    abandoned: u64,
+    open_at_end: u64,
+    overflow: u64,
+    no_stack: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ProbeCostJ {
+    model: String,
+    hits: u64,
+    added_ns: f64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct TreeJ {
+    roots: Vec<NodeJ>,
+    orphan_spans: u64,
+    events: u64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct NodeJ {
+    name: String,
+    phase: u32,
+    role: Option<String>,
+    count: u64,
+    total_ns: u64,
+    self_ns: u64,
+    // Derived from count/total and the histogram, for readers without an HDR library;
+    // ignored on reading.
+    #[serde(default)]
+    mean_ns: f64,
+    #[serde(default)]
+    p50_ns: u64,
+    #[serde(default)]
+    p90_ns: u64,
+    #[serde(default)]
+    p99_ns: u64,
+    #[serde(default)]
+    max_ns: u64,
+    lost: u64,
+    abandoned: u64,
+    open: u64,
+    histogram: HistJ,
+    children: Vec<NodeJ>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct HistJ {
+    unit: String,
+    significant_digits: u8,
+    /// `[value_ns, count]`: value is the highest value equivalent to the bucket.
+    buckets: Vec<(u64, u64)>,
+}
+
+impl From<&Provenance> for ProvenanceJ {
+    fn from(p: &Provenance) -> Self {
+        ProvenanceJ {
+            wprof_version: p.wprof_version.clone(),
+            host: p.host.clone(),
+            kernel: p.kernel.clone(),
+            started_unix: p.started_unix,
+            duration_s: p.duration_s,
+            pids: p.pids.clone(),
+            command: p.command.clone(),
+            profile_name: p.profile_name.clone(),
+            profile_origin: p.profile_origin.clone(),
+            profile_hash: p.profile_hash.clone(),
+            objects: p
+                .objects
+                .iter()
+                .map(|o| ObjectJ {
+                    path: o.path.clone(),
+                    build_id: o.build_id.clone(),
+                })
+                .collect(),
+            end_reason: p.end_reason.clone(),
+        }
+    }
+}
+
+impl From<ProvenanceJ> for Provenance {
+    fn from(p: ProvenanceJ) -> Self {
+        Provenance {
+            wprof_version: p.wprof_version,
+            host: p.host,
+            kernel: p.kernel,
+            started_unix: p.started_unix,
+            duration_s: p.duration_s,
+            pids: p.pids,
+            command: p.command,
+            profile_name: p.profile_name,
+            profile_origin: p.profile_origin,
+            profile_hash: p.profile_hash,
+            objects: p
+                .objects
+                .into_iter()
+                .map(|o| ObjectInfo {
+                    path: o.path,
+                    build_id: o.build_id,
+                })
+                .collect(),
+            end_reason: p.end_reason,
+        }
+    }
+}
+
+impl From<&PhaseInfo> for PhaseJ {
+    fn from(p: &PhaseInfo) -> Self {
+        PhaseJ {
+            id: p.id,
+            name: p.name.clone(),
+            role: p.role.clone(),
+            object: p.object.clone(),
+            symbols: p.symbols.clone(),
+            return_mode: p.return_mode.clone(),
+            entry_cost: p.entry_cost.clone(),
+            exit_sites: p.exit_sites,
+            status: p.status.clone(),
+            entries: p.entries,
+            returns: p.returns,
+            unmatched_returns: p.unmatched_returns,
+            overflow: p.overflow,
+            probe_pair_ns: p.probe_pair_ns,
+        }
+    }
+}
+
+impl From<PhaseJ> for PhaseInfo {
+    fn from(p: PhaseJ) -> Self {
+        PhaseInfo {
+            id: p.id,
+            name: p.name,
+            role: p.role,
+            object: p.object,
+            symbols: p.symbols,
+            return_mode: p.return_mode,
+            entry_cost: p.entry_cost,
+            exit_sites: p.exit_sites,
+            status: p.status,
+            entries: p.entries,
+            returns: p.returns,
+            unmatched_returns: p.unmatched_returns,
+            overflow: p.overflow,
+            probe_pair_ns: p.probe_pair_ns,
+        }
+    }
+}
+
+impl From<&Counters> for CountersJ {
+    fn from(c: &Counters) -> Self {
+        CountersJ {
+            events: c.events,
+            lost_spans: c.lost_spans,
+            lost_node_defs: c.lost_node_defs,
+            orphan_spans: c.orphan_spans,
+            unmatched_returns: c.unmatched_returns,
+            abandoned: c.abandoned,
+            open_at_end: c.open_at_end,
+            overflow: c.overflow,
+            no_stack: c.no_stack,
+        }
+    }
+}
+
+impl From<CountersJ> for Counters {
+    fn from(c: CountersJ) -> Self {
+        Counters {
+            events: c.events,
+            lost_spans: c.lost_spans,
+            lost_node_defs: c.lost_node_defs,
+            orphan_spans: c.orphan_spans,
+            unmatched_returns: c.unmatched_returns,
+            abandoned: c.abandoned,
+            open_at_end: c.open_at_end,
+            overflow: c.overflow,
+            no_stack: c.no_stack,
+        }
+    }
+}
+
+impl From<&ProbeCost> for ProbeCostJ {
+    fn from(p: &ProbeCost) -> Self {
+        ProbeCostJ {
+            model: p.model.clone(),
+            hits: p.hits,
+            added_ns: p.added_ns,
+        }
+    }
+}
+
+impl From<ProbeCostJ> for ProbeCost {
+    fn from(p: ProbeCostJ) -> Self {
+        ProbeCost {
+            model: p.model,
+            hits: p.hits,
+            added_ns: p.added_ns,
+        }
+    }
+}
+
+impl From<&TreeNode> for NodeJ {
+    fn from(n: &TreeNode) -> Self {
+        let h = &n.hist;
+        NodeJ {
+            name: n.name.clone(),
+            phase: n.phase,
+            role: n.role.clone(),
+            count: n.count,
+            total_ns: n.total_ns,
+            self_ns: n.self_ns,
+            mean_ns: n.mean_ns(),
+            p50_ns: h.value_at_quantile(0.5),
+            p90_ns: h.value_at_quantile(0.9),
+            p99_ns: h.value_at_quantile(0.99),
+            max_ns: h.max(),
+            lost: n.lost,
+            abandoned: n.abandoned,
+            open: n.open,
+            histogram: HistJ {
+                unit: "ns".to_string(),
+                significant_digits: h.sigfig(),
+                buckets: h
+                    .iter_recorded()
+                    .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                    .collect(),
+            },
+            children: n.children.iter().map(NodeJ::from).collect(),
+        }
+    }
+}
+
+impl NodeJ {
+    /// The tree node back; `path` (names from the root) locates errors.
+    fn into_node(self, path: &mut Vec<String>) -> Result<TreeNode> {
+        path.push(self.name.clone());
+        let hist = self
+            .histogram
+            .into_histogram()
+            .with_context(|| format!("node {}", path.join(" > ")))?;
+        let mut children = Vec::with_capacity(self.children.len());
+        for c in self.children {
+            children.push(c.into_node(path)?);
+        }
+        path.pop();
+        Ok(TreeNode {
+            phase: self.phase,
+            name: self.name,
+            role: self.role,
+            count: self.count,
+            total_ns: self.total_ns,
+            self_ns: self.self_ns,
+            hist,
+            lost: self.lost,
+            abandoned: self.abandoned,
+            open: self.open,
+            children,
+        })
+    }
+}
+
+impl HistJ {
+    fn into_histogram(self) -> Result<LatencyHistogram> {
+        if self.unit != "ns" {
+            bail!(
+                "histogram unit is {:?}; schema v1 histograms are in \"ns\"",
+                self.unit
+            );
+        }
+        // Same range as the histograms aggregate builds; only the precision comes from the file.
+        let template = new_histogram();
+        let mut h: LatencyHistogram =
+            Histogram::new_with_bounds(template.low(), template.high(), self.significant_digits)
+                .map_err(|e| {
+                    anyhow!(
+                        "histogram significant_digits {} is not usable: {e:?}",
+                        self.significant_digits
+                    )
+                })?;
+        for (value, count) in self.buckets {
+            h.record_n(value, count).map_err(|_| {
+                anyhow!("histogram bucket {value} ns is outside the histogram range (0 ns..1 h)")
+            })?;
+        }
+        Ok(h)
+    }
+}
+
+#[cfg(test)]
+#[path = "json_tests.rs"]
+mod tests;

@@ -1,0 +1,311 @@
+//! Tests of the JSON schema v1: exact round trip, refusals, and docs/json-schema-v1.json.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use super::*;
+use crate::render::testutil::{empty_run, sample_run};
+use crate::render::{render_tree, TextOptions};
+
+fn nodes(tree: &PhaseTree) -> Vec<&TreeNode> {
+    let mut out = Vec::new();
+    for r in &tree.roots {
+        r.walk(&mut Vec::new(), &mut |_, n| out.push(n));
+    }
+    out
+}
+
+fn err_text(r: Result<Run>) -> String {
+    match r {
+        Ok(_) => panic!("accepted"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+#[test]
+fn round_trip_is_exact() -> Result<()> {
+    for run in [sample_run(), empty_run()] {
+        let v = to_json(&run);
+        for text in [
+            serde_json::to_string_pretty(&v)?,
+            serde_json::to_string(&v)?,
+        ] {
+            let back = from_json(&text)?;
+            assert_eq!(to_json(&back), v);
+            let (a, b) = (nodes(&run.tree), nodes(&back.tree));
+            assert_eq!(a.len(), b.len());
+            for (x, y) in a.iter().zip(&b) {
+                assert!(x.hist == y.hist, "histogram of {} differs", x.name);
+                assert_eq!(x.hist.max(), y.hist.max());
+                assert_eq!(x.hist.min_nz(), y.hist.min_nz());
+            }
+            let opts = TextOptions::default();
+            assert_eq!(render_tree(&back, &opts), render_tree(&run, &opts));
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn document_shape() {
+    let run = sample_run();
+    let v = to_json(&run);
+    let keys = |v: &Value| -> Vec<String> {
+        v.as_object()
+            .map(|o| o.keys().cloned().collect())
+            .unwrap_or_default()
+    };
+    let mut top = keys(&v);
+    top.sort();
+    assert_eq!(
+        top,
+        [
+            "counters",
+            "phases",
+            "probe_cost",
+            "provenance",
+            "schema_version",
+            "tree"
+        ]
+    );
+    assert_eq!(v["schema_version"], 1);
+    let root = &v["tree"]["roots"][0];
+    let mut node_keys = keys(root);
+    node_keys.sort();
+    assert_eq!(
+        node_keys,
+        [
+            "abandoned",
+            "children",
+            "count",
+            "histogram",
+            "lost",
+            "max_ns",
+            "mean_ns",
+            "name",
+            "open",
+            "p50_ns",
+            "p90_ns",
+            "p99_ns",
+            "phase",
+            "role",
+            "self_ns",
+            "total_ns"
+        ]
+    );
+    let n = &run.tree.roots[0];
+    assert_eq!(root["name"], "write_record");
+    assert_eq!(root["role"], "insert");
+    assert_eq!(root["mean_ns"], n.mean_ns());
+    assert_eq!(root["p50_ns"], n.hist.value_at_quantile(0.5));
+    assert_eq!(root["p99_ns"], n.hist.value_at_quantile(0.99));
+    assert_eq!(root["max_ns"], n.hist.max());
+    let h = &root["histogram"];
+    assert_eq!(h["unit"], "ns");
+    assert_eq!(h["significant_digits"], 2);
+    let buckets = h["buckets"].as_array().cloned().unwrap_or_default();
+    let total: u64 = buckets.iter().filter_map(|b| b[1].as_u64()).sum();
+    assert_eq!(total, n.count);
+    assert!(
+        buckets
+            .windows(2)
+            .all(|w| w[0][0].as_u64() < w[1][0].as_u64()),
+        "ascending values"
+    );
+    assert_eq!(v["tree"]["roots"][1]["role"], Value::Null);
+    assert_eq!(v["provenance"]["objects"][1]["build_id"], Value::Null);
+    assert_eq!(v["provenance"]["command"][0], "kvd");
+}
+
+/// docs/json.md tells readers without an HDR library how to get percentiles from the buckets:
+/// check that the recipe gives the figures wprof writes.
+#[test]
+fn documented_percentile_recipe_matches() {
+    fn check(node: &Value) {
+        let count = node["count"].as_u64().unwrap_or(0);
+        let buckets = node["histogram"]["buckets"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for (q, key) in [(0.5, "p50_ns"), (0.9, "p90_ns"), (0.99, "p99_ns")] {
+            let target = ((q * count as f64).ceil() as u64).max(1);
+            let mut sum = 0;
+            let found = buckets.iter().find_map(|b| {
+                sum += b[1].as_u64().unwrap_or(0);
+                (sum >= target).then(|| b[0].as_u64().unwrap_or(0))
+            });
+            assert_eq!(
+                found.unwrap_or(0),
+                node[key].as_u64().unwrap_or(u64::MAX),
+                "{} {key}",
+                node["name"]
+            );
+        }
+        for c in node["children"].as_array().into_iter().flatten() {
+            check(c);
+        }
+    }
+    for r in to_json(&sample_run())["tree"]["roots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        check(r);
+    }
+}
+
+#[test]
+fn other_versions_are_refused_by_version() {
+    let mut v = to_json(&sample_run());
+    v["schema_version"] = 2.into();
+    // Drop a field too: the version must be what the message is about.
+    v["counters"] = Value::Null;
+    assert_eq!(
+        err_text(from_json(&v.to_string())),
+        "RUN.json has schema_version 2; this wprof reads version 1 — upgrade wprof"
+    );
+    v["schema_version"] = 0.into();
+    assert!(err_text(from_json(&v.to_string())).contains("schema_version 0"));
+    v["schema_version"] = "1".into();
+    assert!(err_text(from_json(&v.to_string())).contains("not an integer"));
+    assert!(err_text(from_json("{}")).contains("no schema_version"));
+}
+
+#[test]
+fn malformed_json_says_where() {
+    let e = err_text(from_json("{\n  \"schema_version\": 1,\n  oops\n}"));
+    assert!(
+        e.starts_with("malformed JSON") && e.contains("line 3 column 3"),
+        "{e}"
+    );
+    let mut v = to_json(&sample_run());
+    if let Some(o) = v.as_object_mut() {
+        o.remove("counters");
+    }
+    let e = err_text(from_json(
+        &serde_json::to_string_pretty(&v).unwrap_or_default(),
+    ));
+    assert!(
+        e.contains("missing field `counters`") && e.contains("line"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_histograms_name_their_node() {
+    let mut v = to_json(&sample_run());
+    v["tree"]["roots"][0]["children"][0]["histogram"]["unit"] = "us".into();
+    let e = err_text(from_json(&v.to_string()));
+    assert!(
+        e.contains("node write_record > wal_append") && e.contains("\"us\""),
+        "{e}"
+    );
+    let mut v = to_json(&sample_run());
+    v["tree"]["roots"][1]["histogram"]["buckets"][0][0] = u64::MAX.into();
+    let e = err_text(from_json(&v.to_string()));
+    assert!(
+        e.contains("node vacuum_page") && e.contains("outside"),
+        "{e}"
+    );
+}
+
+#[test]
+fn derived_node_fields_are_optional_on_reading() -> Result<()> {
+    let mut v = to_json(&sample_run());
+    if let Some(o) = v["tree"]["roots"][0].as_object_mut() {
+        for k in ["mean_ns", "p50_ns", "p90_ns", "p99_ns", "max_ns"] {
+            o.remove(k);
+        }
+    }
+    let back = from_json(&v.to_string())?;
+    assert_eq!(to_json(&back), to_json(&sample_run()));
+    Ok(())
+}
+
+/// Validates `doc` against docs/json-schema-v1.json with python3's jsonschema; the error list
+/// on failure. Panics when python3 or jsonschema is missing: the check must not pass silently.
+fn validate(doc: &Value) -> std::result::Result<(), String> {
+    let python = if std::path::Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/json-schema-v1.json");
+    let probe = Command::new(python)
+        .args(["-c", "import jsonschema"])
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => panic!(
+            "{python} has no jsonschema module: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => panic!("cannot run {python}: {e}"),
+    }
+    const SCRIPT: &str = r#"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+jsonschema.Draft202012Validator.check_schema(schema)
+doc = json.load(sys.stdin)
+errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(map(str, e.path)))
+for e in errors:
+    print("/" + "/".join(map(str, e.path)) + ": " + e.message)
+sys.exit(1 if errors else 0)
+"#;
+    let mut child = Command::new(python)
+        .args(["-c", SCRIPT, schema])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(doc.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("write to python3: {e}"));
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("wait for python3: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("Traceback"),
+        "the validator failed: {stderr}"
+    );
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+#[test]
+fn output_validates_against_the_published_schema() {
+    for run in [sample_run(), empty_run()] {
+        if let Err(e) = validate(&to_json(&run)) {
+            panic!("docs/json-schema-v1.json rejects to_json's output:\n{e}");
+        }
+    }
+}
+
+#[test]
+fn published_schema_rejects_what_wprof_refuses() {
+    let good = to_json(&sample_run());
+    let mut v = good.clone();
+    v["schema_version"] = 2.into();
+    assert!(validate(&v).is_err(), "schema_version 2 accepted");
+    let mut v = good.clone();
+    if let Some(o) = v["tree"]["roots"][0]["children"][0].as_object_mut() {
+        o.remove("histogram");
+    }
+    let e = validate(&v).err().unwrap_or_default();
+    assert!(
+        e.contains("/tree/roots/0/children/0") && e.contains("histogram"),
+        "{e}"
+    );
+    let mut v = good;
+    v["tree"]["roots"][0]["histogram"]["buckets"][0] = serde_json::json!([1, 2, 3]);
+    assert!(validate(&v).is_err(), "a 3-element bucket accepted");
+}

@@ -1,0 +1,20 @@
+//! Render: a run -> text tree, JSON, folded stacks, SVG flamegraph.
+//!
+//! In: a [`crate::model::Run`] (or its [`crate::aggregate::PhaseTree`]). Out: strings and
+//! bytes for the terminal and the output files; [`from_json`] reads a RUN.json back into a
+//! `Run` for `report`, `compare` and `check`. Plain values only: nothing here touches BPF.
+
+mod flamegraph;
+mod folded;
+mod footer;
+mod json;
+mod text;
+pub mod units;
+
+#[cfg(test)]
+mod testutil;
+
+pub use flamegraph::{flamegraph_svg, PHASE_PALETTE};
+pub use folded::folded;
+pub use json::{from_json, to_json};
+pub use text::{render_tree, TextOptions};

@@ -1,0 +1,298 @@
+//! Test inputs for render: a hand-built run with known figures, and golden-file comparison.
+//!
+//! The sample is a key-value store's write path, 1000 `write_record` calls:
+//! ```text
+//! write_record (n=1000)
+//! ├─ wal_append (n=1000) → wal_sync (n=1000, C function, uretprobe)
+//! ├─ persist_block (n=250) → compress_block, flush_block (12 lost, 3 abandoned)
+//! └─ encode_record (n=1000, ~5.9 µs: its probes are a fifth of it, so it is flagged)
+//! vacuum_page (n=3)
+//! ```
+//! plus an unresolved `checkpoint` phase. Durations follow fixed patterns, so every figure is
+//! reproducible.
+
+use std::path::PathBuf;
+
+use crate::aggregate::{PhaseTree, TreeNode};
+use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run};
+
+/// `n` durations `base + k·spread/100` with k cycling over 0..=100 in a scrambled order.
+fn durations(n: usize, base: u64, spread: u64) -> Vec<u64> {
+    (0..n)
+        .map(|i| base + (i as u64 * 37 % 101) * spread / 100)
+        .collect()
+}
+
+fn node(phase: u32, name: &str, durs: &[u64], children: Vec<TreeNode>) -> TreeNode {
+    let mut t = TreeNode::empty(phase, name.to_string(), None);
+    for &d in durs {
+        t.count += 1;
+        t.total_ns += d;
+        t.hist.saturating_record(d.max(1));
+    }
+    let child_total: u64 = children.iter().map(|c| c.total_ns).sum();
+    assert!(
+        child_total <= t.total_ns,
+        "{name}: children longer than the node"
+    );
+    t.self_ns = t.total_ns - child_total;
+    t.children = children;
+    t
+}
+
+fn add(a: &[u64], b: &[u64]) -> Vec<u64> {
+    a.iter().zip(b).map(|(x, y)| x + y).collect()
+}
+
+/// Phase ids of the sample.
+const NAMES: [&str; 9] = [
+    "write_record",
+    "persist_block",
+    "flush_block",
+    "wal_append",
+    "wal_sync",
+    "compress_block",
+    "encode_record",
+    "vacuum_page",
+    "checkpoint",
+];
+
+/// The sample tree.
+pub fn sample_tree() -> PhaseTree {
+    let wal_sync = durations(1000, 140_000, 20_000);
+    let wal_append = add(&wal_sync, &durations(1000, 2_500, 700));
+    let compress = durations(250, 380_000, 40_000);
+    let flush = durations(250, 170_000, 20_000);
+    let persist = add(&add(&compress, &flush), &durations(250, 18_000, 4_000));
+    let encode = durations(1000, 5_000, 1_800);
+    let own = durations(1000, 2_600, 800);
+    let write: Vec<u64> = (0..1000)
+        .map(|i| {
+            let p = if i % 4 == 0 { persist[i / 4] } else { 0 };
+            wal_append[i] + encode[i] + own[i] + p
+        })
+        .collect();
+
+    let mut flush_block = node(2, NAMES[2], &flush, vec![]);
+    flush_block.lost = 12;
+    flush_block.abandoned = 3;
+    let persist_block = node(
+        1,
+        NAMES[1],
+        &persist,
+        vec![node(5, NAMES[5], &compress, vec![]), flush_block],
+    );
+    let wal = node(
+        3,
+        NAMES[3],
+        &wal_append,
+        vec![node(4, NAMES[4], &wal_sync, vec![])],
+    );
+    let mut root = node(
+        0,
+        NAMES[0],
+        &write,
+        vec![wal, persist_block, node(6, NAMES[6], &encode, vec![])],
+    );
+    root.role = Some("insert".into());
+    root.open = 1;
+    let vacuum = node(7, NAMES[7], &[2_000_000, 2_500_000, 40_000_000], vec![]);
+    let events = 8 + [1000u64, 1000, 1000, 250, 250, 250, 1000, 3]
+        .iter()
+        .sum::<u64>();
+    PhaseTree {
+        roots: vec![root, vacuum],
+        orphan_spans: 0,
+        events,
+    }
+}
+
+/// The sample run: the tree plus the phases table, counters and provenance.
+pub fn sample_run() -> Run {
+    let tree = sample_tree();
+    let mut counts = [0u64; 9];
+    let mut extra = [(0u64, 0u64, 0u64); 9];
+    for r in &tree.roots {
+        r.walk(&mut Vec::new(), &mut |_, n| {
+            counts[n.phase as usize] += n.count;
+            extra[n.phase as usize] = (n.lost, n.abandoned, n.open);
+        });
+    }
+    let lib = "/usr/lib/x86_64-linux-gnu/libkv.so.1";
+    let sym = |id: usize| match id {
+        0 => "_ZN2kv5Store11WriteRecordERKNS_6RecordE",
+        1 => "_ZN2kv11BlockWriter7PersistEv",
+        2 => "_ZN2kv11BlockWriter5FlushEv",
+        3 => "_ZN2kv3Wal6AppendEPKvm",
+        4 => "kv_wal_sync",
+        5 => "_ZN2kv5codec10CompressorINS0_3Lz4EE8compressERKSt6vectorIhSaIhEE",
+        6 => "_ZN2kv6Record6EncodeEv",
+        _ => "vacuum_page",
+    };
+    let mut phases = Vec::new();
+    let (mut hits, mut added) = (0u64, 0.0);
+    for (id, name) in NAMES.iter().enumerate() {
+        let (lost, abandoned, open) = extra[id];
+        let c_function = id == 4 || id == 7;
+        let pair = match id {
+            2 => 6_400.0,
+            6 => 2_500.0,
+            8 => 0.0,
+            _ => 1_300.0,
+        };
+        let entries = counts[id] + lost + abandoned + open;
+        let returns = counts[id] + lost + if id == 4 { 2 } else { 0 };
+        hits += entries + returns;
+        added += (entries + returns) as f64 * pair / 2.0;
+        phases.push(if id == 8 {
+            PhaseInfo {
+                id: id as u32,
+                name: name.to_string(),
+                object: lib.into(),
+                return_mode: "-".into(),
+                status: "unresolved: no symbol 'kv::Store::Checkpoint' in libkv.so.1".into(),
+                ..PhaseInfo::default()
+            }
+        } else {
+            PhaseInfo {
+                id: id as u32,
+                name: name.to_string(),
+                role: (id == 0).then(|| "insert".to_string()),
+                object: if id == 7 {
+                    "/usr/bin/kvd".into()
+                } else {
+                    lib.into()
+                },
+                symbols: if id == 3 {
+                    vec![sym(id).into(), "_ZN2kv3Wal6AppendEPKvm.cold".into()]
+                } else {
+                    vec![sym(id).into()]
+                },
+                return_mode: if c_function { "uretprobe" } else { "ret-sites" }.into(),
+                entry_cost: if id == 6 { "single-step" } else { "nop" }.into(),
+                exit_sites: if c_function { 0 } else { 2 + id as u32 % 3 },
+                status: "attached".into(),
+                entries,
+                returns,
+                unmatched_returns: if id == 4 { 2 } else { 0 },
+                overflow: 0,
+                probe_pair_ns: pair,
+            }
+        });
+    }
+    let counters = Counters {
+        events: tree.events,
+        lost_spans: 12,
+        lost_node_defs: 0,
+        orphan_spans: 0,
+        unmatched_returns: 2,
+        abandoned: 3,
+        open_at_end: 1,
+        overflow: 0,
+        no_stack: 0,
+    };
+    Run {
+        provenance: Provenance {
+            wprof_version: "0.1.0".into(),
+            host: "ci-vm".into(),
+            kernel: "6.8.0-45-generic".into(),
+            started_unix: 1_790_000_000,
+            duration_s: 30.021,
+            pids: vec![4242],
+            command: Some(vec!["kvd".into(), "--bench".into()]),
+            profile_name: "kv".into(),
+            profile_origin: "builtin:kv".into(),
+            profile_hash: "3f9a1c2e".into(),
+            objects: vec![
+                ObjectInfo {
+                    path: lib.into(),
+                    build_id: Some("8d0c41f1a2b3c4d5e6f708192a3b4c5d6e7f8091".into()),
+                },
+                ObjectInfo {
+                    path: "/usr/bin/kvd".into(),
+                    build_id: None,
+                },
+            ],
+            end_reason: "duration".into(),
+        },
+        phases,
+        counters,
+        probe_cost: ProbeCost {
+            model: "estimated (test figures)".into(),
+            hits,
+            added_ns: added,
+        },
+        tree,
+    }
+}
+
+/// A run in which no phase call completed: phases attached, a few entries, no roots.
+pub fn empty_run() -> Run {
+    let mut run = sample_run();
+    run.tree = PhaseTree {
+        roots: Vec::new(),
+        orphan_spans: 0,
+        events: 0,
+    };
+    for p in &mut run.phases {
+        p.entries = if p.id == 0 { 2 } else { 0 };
+        p.returns = 0;
+        p.unmatched_returns = 0;
+    }
+    run.counters = Counters {
+        open_at_end: 2,
+        ..Counters::default()
+    };
+    run.probe_cost.hits = 2;
+    run.probe_cost.added_ns = 1_300.0;
+    run
+}
+
+/// Compares `actual` with tests/data/render/`case` line by line, failing at the first
+/// differing lines with `file:line`. `WPROF_BLESS=1` rewrites the file instead.
+pub fn assert_golden(case: &str, actual: &str) {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/render")
+        .join(case);
+    if std::env::var_os("WPROF_BLESS").is_some_and(|v| v == "1") {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        }
+        std::fs::write(&path, actual).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with WPROF_BLESS=1 to create it)",
+            path.display()
+        )
+    });
+    let (exp, act): (Vec<&str>, Vec<&str>) = (expected.lines().collect(), actual.lines().collect());
+    let mut diffs = Vec::new();
+    for i in 0..exp.len().max(act.len()) {
+        let (e, a) = (exp.get(i), act.get(i));
+        if e != a {
+            diffs.push(format!(
+                "{}:{}:\n  expected: {}\n  actual:   {}",
+                path.display(),
+                i + 1,
+                e.map_or("<end of file>".to_string(), |s| format!("{s:?}")),
+                a.map_or("<end of output>".to_string(), |s| format!("{s:?}")),
+            ));
+        }
+    }
+    if !diffs.is_empty() {
+        let shown = diffs.len().min(10);
+        panic!(
+            "{} differing line(s), first {shown}:\n{}\n(WPROF_BLESS=1 rewrites the golden file)",
+            diffs.len(),
+            diffs[..shown].join("\n")
+        );
+    }
+    assert_eq!(
+        expected.ends_with('\n'),
+        actual.ends_with('\n'),
+        "{}: final newline differs",
+        path.display()
+    );
+}

@@ -1,0 +1,370 @@
+//! The text tree: what `attach`, `record` and `report` print.
+//!
+//! In: a [`Run`] and [`TextOptions`]. Out: one string — per root phase a box-drawn tree whose
+//! first time column is the node's total divided by the root's calls (so sibling rows add up to
+//! their parent), then the share of the parent, the node's own n, mean, p50 and p99, and the
+//! estimated probe share; a `(self)` row under every node with children; rows for calls that
+//! could not be timed; then the footer (see `footer.rs`).
+
+use std::collections::HashMap;
+
+use crate::aggregate::TreeNode;
+use crate::model::Run;
+
+use super::footer;
+use super::units::{format_ns, format_ns_u64, format_share};
+
+/// How the text tree is drawn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextOptions {
+    /// Use ANSI colors (bold roots, dim bookkeeping rows, red flags).
+    pub color: bool,
+    /// Probe share of a node's mean above which the node is flagged with `!` (0.10 = 10%).
+    pub flag_probe_share: f64,
+}
+
+impl Default for TextOptions {
+    fn default() -> Self {
+        TextOptions {
+            color: false,
+            flag_probe_share: 0.10,
+        }
+    }
+}
+
+/// A node flagged because the probes make up too much of its measured time.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) struct Flagged {
+    /// Phase name.
+    pub name: String,
+    /// Estimated probe share of the phase's mean (largest over its tree nodes).
+    pub share: f64,
+}
+
+/// Renders the whole run as text: the trees, then the footer.
+pub fn render_tree(run: &Run, opts: &TextOptions) -> String {
+    let pair: HashMap<u32, f64> = run.phases.iter().map(|p| (p.id, p.probe_pair_ns)).collect();
+    let ctx = Ctx {
+        pair,
+        show_probe: run.phases.iter().any(|p| p.probe_pair_ns > 0.0),
+        opts,
+    };
+    let mut rows = Vec::new();
+    let mut flagged: Vec<Flagged> = Vec::new();
+    for root in &run.tree.roots {
+        let mut tree_rows = Vec::new();
+        walk(
+            &ctx,
+            root,
+            root.count,
+            None,
+            String::new(),
+            String::new(),
+            &mut tree_rows,
+            &mut flagged,
+        );
+        rows.push(tree_rows);
+    }
+
+    let mut out = String::new();
+    if rows.is_empty() {
+        out.push_str(&format!(
+            "no phase call completed during the run ({} probe hits)\n",
+            run.probe_cost.hits
+        ));
+    } else {
+        let all = rows.iter().flatten();
+        let width = all
+            .clone()
+            .filter(|r| !matches!(r, Row::Note { .. }))
+            .map(|r| r.label().chars().count())
+            .max()
+            .unwrap_or(0);
+        let n_width = all
+            .filter_map(|r| match r {
+                Row::Node { count, .. } => Some(count.to_string().len()),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(1);
+        for (i, tree) in rows.iter().enumerate() {
+            if i > 0 {
+                out.push('\n');
+            }
+            for row in tree {
+                out.push_str(row.format(width, n_width, opts).trim_end());
+                out.push('\n');
+            }
+        }
+    }
+    out.push('\n');
+    footer::write_footer(run, opts, &flagged, &mut out);
+    out
+}
+
+struct Ctx<'a> {
+    /// Probe pair cost by phase id, ns.
+    pair: HashMap<u32, f64>,
+    /// False when no phase has a cost estimate (the probe column would be all zeros).
+    show_probe: bool,
+    opts: &'a TextOptions,
+}
+
+impl Ctx<'_> {
+    fn pair_ns(&self, phase: u32) -> f64 {
+        self.pair.get(&phase).copied().unwrap_or(0.0)
+    }
+
+    /// Σ over descendants of count × pair cost, ns.
+    fn descendant_cost(&self, node: &TreeNode) -> f64 {
+        node.children
+            .iter()
+            .map(|c| c.count as f64 * self.pair_ns(c.phase) + self.descendant_cost(c))
+            .sum()
+    }
+
+    /// Estimated share of the node's mean that its own and its descendants' probes add: half
+    /// of its own pair (the entry probe's work after the timestamp and the return probe's
+    /// before it fall inside the span) plus every descendant call's whole pair.
+    fn probe_share(&self, node: &TreeNode) -> Option<f64> {
+        let mean = node.mean_ns();
+        if node.count == 0 || mean <= 0.0 {
+            return None;
+        }
+        let per_call =
+            0.5 * self.pair_ns(node.phase) + self.descendant_cost(node) / node.count as f64;
+        Some(per_call / mean)
+    }
+}
+
+enum Row {
+    Node {
+        label: String,
+        is_root: bool,
+        per_root: String,
+        share: String,
+        count: u64,
+        /// mean, p50, p99 — absent when no call completed.
+        stats: Option<[String; 3]>,
+        probe: Option<f64>,
+    },
+    SelfTime {
+        label: String,
+        per_root: String,
+        share: String,
+    },
+    Note {
+        label: String,
+        warn: bool,
+    },
+}
+
+impl Row {
+    fn label(&self) -> &str {
+        match self {
+            Row::Node { label, .. } | Row::SelfTime { label, .. } | Row::Note { label, .. } => {
+                label
+            }
+        }
+    }
+
+    fn format(&self, width: usize, n_width: usize, opts: &TextOptions) -> String {
+        let pad = |label: &str| " ".repeat(width.saturating_sub(label.chars().count()));
+        match self {
+            Row::Node {
+                label,
+                is_root,
+                per_root,
+                share,
+                count,
+                stats,
+                probe,
+            } => {
+                let name = if *is_root {
+                    paint(label, BOLD, opts.color)
+                } else {
+                    label.clone()
+                };
+                let mut s = format!(
+                    "{name}{}  {per_root:>8}  {share:>6}  n={count:<n_width$}",
+                    pad(label)
+                );
+                if let Some([mean, p50, p99]) = stats {
+                    s.push_str(&format!("  mean {mean:>8}  p50 {p50:>8}  p99 {p99:>8}"));
+                }
+                if let Some(p) = probe {
+                    // "0%" would read as "no probes here".
+                    let pct = if *p > 0.0 && *p < 0.005 {
+                        "<1".to_string()
+                    } else {
+                        format!("{:.0}", p * 100.0)
+                    };
+                    let text = format!("probe {pct:>3}%");
+                    if *p > opts.flag_probe_share {
+                        s.push_str(&format!(
+                            "  {}",
+                            paint(&format!("{text} !"), RED, opts.color)
+                        ));
+                    } else {
+                        s.push_str(&format!("  {text}"));
+                    }
+                }
+                s
+            }
+            Row::SelfTime {
+                label,
+                per_root,
+                share,
+            } => {
+                format!(
+                    "{}{}  {per_root:>8}  {share:>6}",
+                    paint(label, DIM, opts.color),
+                    pad(label)
+                )
+            }
+            Row::Note { label, warn } => paint(label, if *warn { YELLOW } else { DIM }, opts.color),
+        }
+    }
+}
+
+const BOLD: &str = "1";
+const DIM: &str = "2";
+const RED: &str = "1;31";
+const YELLOW: &str = "33";
+
+fn paint(s: &str, code: &str, color: bool) -> String {
+    if color {
+        format!("\x1b[{code}m{s}\x1b[0m")
+    } else {
+        s.to_string()
+    }
+}
+
+/// What goes under a node, in order: its children, `(self)`, then what could not be timed.
+enum Under<'a> {
+    Child(&'a TreeNode),
+    SelfTime,
+    Note(String, bool),
+}
+
+#[allow(clippy::too_many_arguments)]
+fn walk(
+    ctx: &Ctx<'_>,
+    node: &TreeNode,
+    root_calls: u64,
+    parent_total: Option<u64>,
+    label_prefix: String,
+    child_prefix: String,
+    rows: &mut Vec<Row>,
+    flagged: &mut Vec<Flagged>,
+) {
+    let probe = if ctx.show_probe {
+        ctx.probe_share(node)
+    } else {
+        None
+    };
+    if let Some(p) = probe.filter(|p| *p > ctx.opts.flag_probe_share) {
+        match flagged.iter_mut().find(|f| f.name == node.name) {
+            Some(f) => f.share = f.share.max(p),
+            None => flagged.push(Flagged {
+                name: node.name.clone(),
+                share: p,
+            }),
+        }
+    }
+    let stats = (node.count > 0).then(|| {
+        [
+            format_ns(node.mean_ns()),
+            format_ns_u64(node.hist.value_at_quantile(0.5)),
+            format_ns_u64(node.hist.value_at_quantile(0.99)),
+        ]
+    });
+    rows.push(Row::Node {
+        label: format!("{label_prefix}{}", node.name),
+        is_root: parent_total.is_none(),
+        per_root: per_root(node.total_ns, root_calls),
+        share: match parent_total {
+            None => format_share(1.0),
+            Some(p) => format_share(ratio(node.total_ns, p)),
+        },
+        count: node.count,
+        stats,
+        probe,
+    });
+
+    let mut under: Vec<Under<'_>> = node.children.iter().map(Under::Child).collect();
+    if !node.children.is_empty() {
+        under.push(Under::SelfTime);
+    }
+    if node.lost > 0 {
+        under.push(Under::Note(
+            format!("(lost {}: ring buffer full)", calls(node.lost)),
+            true,
+        ));
+    }
+    if node.abandoned > 0 {
+        let text = format!("(abandoned {}: left without return)", calls(node.abandoned));
+        under.push(Under::Note(text, true));
+    }
+    if node.open > 0 {
+        under.push(Under::Note(format!("(open at end: {})", node.open), false));
+    }
+    let last = under.len().saturating_sub(1);
+    for (i, u) in under.into_iter().enumerate() {
+        let (branch, cont) = if i == last {
+            ("└─ ", "   ")
+        } else {
+            ("├─ ", "│  ")
+        };
+        let label = format!("{child_prefix}{branch}");
+        match u {
+            Under::Child(c) => walk(
+                ctx,
+                c,
+                root_calls,
+                Some(node.total_ns),
+                label,
+                format!("{child_prefix}{cont}"),
+                rows,
+                flagged,
+            ),
+            Under::SelfTime => rows.push(Row::SelfTime {
+                label: format!("{label}(self)"),
+                per_root: per_root(node.self_ns, root_calls),
+                share: format_share(ratio(node.self_ns, node.total_ns)),
+            }),
+            Under::Note(text, warn) => rows.push(Row::Note {
+                label: format!("{label}{text}"),
+                warn,
+            }),
+        }
+    }
+}
+
+fn per_root(ns: u64, root_calls: u64) -> String {
+    if root_calls == 0 {
+        "-".to_string()
+    } else {
+        format_ns(ns as f64 / root_calls as f64)
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        f64::NAN
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+fn calls(n: u64) -> String {
+    if n == 1 {
+        "1 call".to_string()
+    } else {
+        format!("{n} calls")
+    }
+}
+
+#[cfg(test)]
+#[path = "text_tests.rs"]
+mod tests;

@@ -1,0 +1,336 @@
+//! Tests of the text tree: golden files plus the properties the columns promise.
+
+use super::*;
+use crate::aggregate::TreeNode;
+use crate::render::testutil::{assert_golden, empty_run, sample_run};
+
+fn plain(run: &Run) -> String {
+    render_tree(run, &TextOptions::default())
+}
+
+/// One tree row as printed.
+#[derive(Debug)]
+struct Line {
+    depth: usize,
+    label: String,
+    /// First time column, ns, with the half-width of its last printed digit.
+    per_root: Option<(f64, f64)>,
+    text: String,
+}
+
+impl Line {
+    fn is_note(&self) -> bool {
+        self.label.starts_with('(') && self.label != "(self)"
+    }
+}
+
+/// The tree rows of a rendered run (everything before the footer's legend).
+fn parse(text: &str) -> Vec<Line> {
+    let mut out = Vec::new();
+    for l in text.lines().take_while(|l| !l.starts_with("columns:")) {
+        if l.trim().is_empty() {
+            continue;
+        }
+        let start = l.chars().take_while(|c| "│├└─ ".contains(*c)).count();
+        let body: String = l.chars().skip(start).collect();
+        let (label, rest) = match body.split_once("  ") {
+            Some((a, b)) => (a.to_string(), b.to_string()),
+            None => (body.clone(), String::new()),
+        };
+        let mut tokens = rest.split_whitespace();
+        let per_root = match (tokens.next(), tokens.next()) {
+            (Some(v), Some(unit)) => v.parse::<f64>().ok().and_then(|v| {
+                let (scale, step) = match unit {
+                    "ns" if v < 10.0 => (1.0, 0.1),
+                    "ns" => (1.0, 1.0),
+                    "µs" => (1e3, 0.1),
+                    "ms" => (1e6, 0.1),
+                    "s" => (1e9, 0.01),
+                    _ => return None,
+                };
+                Some((v * scale, step * scale / 2.0))
+            }),
+            _ => None,
+        };
+        out.push(Line {
+            depth: start / 3,
+            label,
+            per_root,
+            text: l.to_string(),
+        });
+    }
+    out
+}
+
+/// The rows directly under row `i`.
+fn under(lines: &[Line], i: usize) -> Vec<&Line> {
+    let d = lines[i].depth;
+    lines[i + 1..]
+        .iter()
+        .take_while(|l| l.depth > d)
+        .filter(|l| l.depth == d + 1)
+        .collect()
+}
+
+#[test]
+fn sample_tree_matches_golden() {
+    assert_golden("tree.txt", &plain(&sample_run()));
+}
+
+#[test]
+fn run_without_roots_matches_golden() {
+    let text = plain(&empty_run());
+    assert!(
+        text.starts_with("no phase call completed during the run (2 probe hits)\n"),
+        "{text}"
+    );
+    assert_golden("tree_empty.txt", &text);
+}
+
+#[test]
+fn rows_add_up_to_their_parent() {
+    let text = plain(&sample_run());
+    let lines = parse(&text);
+    let mut checked = 0;
+    for (i, l) in lines.iter().enumerate() {
+        let kids: Vec<&Line> = under(&lines, i)
+            .into_iter()
+            .filter(|k| !k.is_note())
+            .collect();
+        if l.is_note() || l.label == "(self)" || kids.is_empty() {
+            continue;
+        }
+        let Some((value, tol)) = l.per_root else {
+            panic!("no time in {:?}", l.text)
+        };
+        let mut sum = 0.0;
+        let mut tol_sum = tol;
+        for k in &kids {
+            let Some((v, t)) = k.per_root else {
+                panic!("no time in {:?}", k.text)
+            };
+            sum += v;
+            tol_sum += t;
+        }
+        assert!(
+            (sum - value).abs() <= tol_sum,
+            "{}: children sum to {sum} ns",
+            l.text
+        );
+        checked += 1;
+    }
+    assert_eq!(
+        checked, 3,
+        "write_record, wal_append and persist_block have children:\n{text}"
+    );
+}
+
+#[test]
+fn self_row_closes_every_node_with_children() {
+    let run = sample_run();
+    let lines = parse(&plain(&run));
+    for (i, l) in lines.iter().enumerate() {
+        if l.is_note() || l.label == "(self)" {
+            continue;
+        }
+        let kids: Vec<&Line> = under(&lines, i)
+            .into_iter()
+            .filter(|k| !k.is_note())
+            .collect();
+        let node = run.tree.roots.iter().find_map(|r| {
+            let mut found = None;
+            r.walk(&mut Vec::new(), &mut |_, n| {
+                if n.name == l.label {
+                    found = Some(n.children.len());
+                }
+            });
+            found
+        });
+        let Some(n_children) = node else {
+            panic!("no node {}", l.label)
+        };
+        if n_children == 0 {
+            assert!(kids.is_empty(), "leaf {} has rows under it", l.label);
+        } else {
+            assert_eq!(kids.len(), n_children + 1, "{}", l.text);
+            assert_eq!(
+                kids.last().map(|k| k.label.as_str()),
+                Some("(self)"),
+                "{}",
+                l.text
+            );
+        }
+    }
+    let text = plain(&run);
+    let root = &run.tree.roots[0];
+    // write_record's own time per call and its share of the node.
+    let want = format_share(root.self_ns as f64 / root.total_ns as f64);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("├─ (self)"))
+        .unwrap_or_default();
+    assert!(line.ends_with(&want), "{line:?} should end with {want}");
+    assert!(
+        line.contains(&format_ns(root.self_ns as f64 / root.count as f64)),
+        "{line}"
+    );
+}
+
+#[test]
+fn untimed_calls_get_rows_under_their_node() {
+    let text = plain(&sample_run());
+    let lines = parse(&text);
+    let at = |name: &str| {
+        lines
+            .iter()
+            .position(|l| l.label == name)
+            .unwrap_or(usize::MAX)
+    };
+    let flush: Vec<&str> = under(&lines, at("flush_block"))
+        .iter()
+        .map(|l| l.label.as_str())
+        .collect();
+    assert_eq!(
+        flush,
+        [
+            "(lost 12 calls: ring buffer full)",
+            "(abandoned 3 calls: left without return)"
+        ]
+    );
+    let root: Vec<&str> = under(&lines, at("write_record"))
+        .iter()
+        .map(|l| l.label.as_str())
+        .collect();
+    assert_eq!(root.last(), Some(&"(open at end: 1)"));
+    assert!(!text.contains("(lost 0"), "zero counts get no row");
+    assert!(!text.contains("(abandoned 0"));
+}
+
+#[test]
+fn probe_share_is_estimated_and_flagged() {
+    let run = sample_run();
+    let text = plain(&run);
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!(" {name} ")) || l.starts_with(&format!("{name} ")))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        line("encode_record").ends_with("probe  21% !"),
+        "{}",
+        line("encode_record")
+    );
+    assert!(
+        line("write_record").ends_with("probe   3%"),
+        "{}",
+        line("write_record")
+    );
+    assert!(text.contains(
+        "flagged (probe share > 10%, times inflated by the probes): encode_record 21%\n"
+    ));
+
+    // The estimate: half the node's own pair plus every descendant call's pair, per call.
+    let pair: HashMap<u32, f64> = run.phases.iter().map(|p| (p.id, p.probe_pair_ns)).collect();
+    let opts = TextOptions::default();
+    let ctx = Ctx {
+        pair,
+        show_probe: true,
+        opts: &opts,
+    };
+    let root = &run.tree.roots[0];
+    let per_call = 650.0
+        + (1000.0 * 1300.0 * 2.0 + 250.0 * 1300.0 * 2.0 + 250.0 * 6400.0 + 1000.0 * 2500.0)
+            / 1000.0;
+    let got = ctx.probe_share(root).unwrap_or(f64::NAN);
+    assert!((got - per_call / root.mean_ns()).abs() < 1e-12, "{got}");
+
+    let relaxed = render_tree(
+        &run,
+        &TextOptions {
+            flag_probe_share: 0.25,
+            ..TextOptions::default()
+        },
+    );
+    assert!(!relaxed.lines().any(|l| l.ends_with(" !")), "{relaxed}");
+    assert!(relaxed.contains("flagged (probe share > 25%): none\n"));
+}
+
+#[test]
+fn no_probe_column_without_cost_estimates() {
+    let mut run = sample_run();
+    for p in &mut run.phases {
+        p.probe_pair_ns = 0.0;
+    }
+    let text = plain(&run);
+    assert!(
+        !parse(&text).iter().any(|l| l.text.contains("probe")),
+        "{text}"
+    );
+}
+
+#[test]
+fn name_column_adapts_to_the_longest_name() {
+    let share_column = |text: &str| -> Vec<usize> {
+        parse(text)
+            .iter()
+            .filter(|l| !l.is_note())
+            .filter_map(|l| l.text.chars().position(|c| c == '%'))
+            .collect()
+    };
+    let mut run = sample_run();
+    let before = share_column(&plain(&run));
+    assert!(before.windows(2).all(|w| w[0] == w[1]), "{before:?}");
+    run.tree.roots[0].children[1].children[1].name = "flush_block_with_a_long_name".into();
+    let after = share_column(&plain(&run));
+    assert!(after.windows(2).all(|w| w[0] == w[1]), "{after:?}");
+    // The longest label now; '%' ends the share column: label, 2 + 8 (time), 2 + 6 (share).
+    assert_eq!(
+        after[0],
+        "│  ├─ flush_block_with_a_long_name".chars().count() + 2 + 8 + 2 + 5
+    );
+    assert!(after[0] > before[0]);
+}
+
+#[test]
+fn color_only_adds_escapes() {
+    let run = sample_run();
+    let colored = render_tree(
+        &run,
+        &TextOptions {
+            color: true,
+            ..TextOptions::default()
+        },
+    );
+    assert!(colored.contains("\x1b[1;31mprobe  21% !\x1b[0m"));
+    let mut stripped = String::new();
+    let mut chars = colored.chars();
+    while let Some(c) = chars.next() {
+        if c == '\x1b' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            stripped.push(c);
+        }
+    }
+    assert_eq!(stripped, plain(&run));
+}
+
+#[test]
+fn node_without_completed_calls() {
+    let mut run = sample_run();
+    let mut root = TreeNode::empty(0, "write_record".into(), None);
+    root.open = 2;
+    root.lost = 1;
+    run.tree.roots = vec![root];
+    let text = plain(&run);
+    let first = text.lines().next().unwrap_or_default();
+    assert_eq!(first, "write_record         -  100.0%  n=0");
+    assert!(
+        text.contains("├─ (lost 1 call: ring buffer full)\n└─ (open at end: 2)\n"),
+        "{text}"
+    );
+}

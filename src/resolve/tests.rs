@@ -1,0 +1,354 @@
+//! Tests of [`resolve_profile`] and [`unresolved_required`] against real objects: fixtures built
+//! here with cc/g++/rustc, this test process itself (by pid), and Debian's stripped postgres.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::testutil::{build, nm_address, readelf_offset, require, CXX_SRC};
+use super::*;
+use crate::profile::Profile;
+
+const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
+
+fn profile(text: &str) -> Profile {
+    Profile::parse(text, "test.toml").unwrap()
+}
+
+fn by_name<'a>(phases: &'a [ResolvedPhase], name: &str) -> &'a ResolvedPhase {
+    phases.iter().find(|p| p.phase.name == name).unwrap()
+}
+
+fn resolved(phases: &[ResolvedPhase], name: &str) -> ResolvedSymbol {
+    let p = by_name(phases, name);
+    assert!(
+        matches!(p.status, Status::Resolved),
+        "{name}: {:?}",
+        p.status
+    );
+    assert_eq!(p.targets.len(), 1, "{name}");
+    p.targets[0].clone()
+}
+
+#[test]
+fn postgres_dynsym_and_nearest() {
+    if !require(POSTGRES) {
+        return;
+    }
+    let prof = profile(
+        r#"name = "pg"
+        [[phase]]
+        name = "heap"
+        symbol = "heap_insert"
+        [[phase]]
+        name = "wal"
+        symbol = "XLogInsert"
+        [[phase]]
+        name = "bt"
+        symbol = "btinsert"
+        [[phase]]
+        name = "typo"
+        symbol = "heap_insrt"
+        [[phase]]
+        name = "opt"
+        symbol = "no_such_function_at_all"
+        optional = true
+        [[phase]]
+        name = "fsync"
+        syscall = "fsync"
+        "#,
+    );
+    let phases = resolve_profile(&prof, &Scope::Binary(POSTGRES.into())).unwrap();
+    for (phase, sym) in [
+        ("heap", "heap_insert"),
+        ("wal", "XLogInsert"),
+        ("bt", "btinsert"),
+    ] {
+        let t = resolved(&phases, phase);
+        assert_eq!(t.symbol, sym);
+        assert_eq!(t.language, Language::C);
+        assert_eq!(t.display_object, POSTGRES);
+        assert!(t.build_id.is_some());
+        let out = Command::new("nm").args(["-D", POSTGRES]).output().unwrap();
+        let nm = String::from_utf8(out.stdout).unwrap();
+        let addr = nm
+            .lines()
+            .find_map(|l| l.strip_suffix(&format!(" T {sym}")))
+            .map(|a| u64::from_str_radix(a, 16).unwrap())
+            .unwrap();
+        assert_eq!(t.address, addr);
+        assert_eq!(
+            t.entry.file_offset,
+            readelf_offset(Path::new(POSTGRES), addr)
+        );
+        assert!(!t.exits.is_empty(), "{sym} has no exits");
+        assert_eq!(by_name(&phases, phase).return_mode, ReturnMode::Uretprobe);
+    }
+    match &by_name(&phases, "typo").status {
+        Status::Unresolved { nearest, .. } => {
+            assert!(nearest.iter().any(|n| n == "heap_insert"), "{nearest:?}")
+        }
+        s => panic!("{s:?}"),
+    }
+    assert!(matches!(
+        by_name(&phases, "fsync").status,
+        Status::Unsupported(_)
+    ));
+    let err = unresolved_required(&phases).unwrap();
+    let text = err.to_string();
+    let head = format!(
+        "phase 'typo': no symbol 'heap_insrt' in {POSTGRES} (it has no .symtab: only \
+        exported functions are visible); nearest: heap_insert"
+    );
+    assert!(text.starts_with(&head), "{text}");
+    assert!(
+        text.contains("heap_insert") && !text.contains("no_such_function"),
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 1, "{text}");
+    assert_eq!(
+        crate::error::exit_code(&err.into()),
+        crate::error::exit::UNRESOLVED
+    );
+}
+
+#[test]
+fn cxx_library_through_runpath() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    build(d, "libpax.so", CXX_SRC, true, &["-O2", "-shared", "-fPIC"]);
+    let main = "extern \"C\" int XLogPaxInsert(int); int main() { return XLogPaxInsert(1) == 3; }";
+    let app = build(
+        d,
+        "app",
+        main,
+        true,
+        &["-L", d.to_str().unwrap(), "-Wl,-rpath,$ORIGIN", "-lpax"],
+    );
+    let prof = profile(
+        r#"name = "pax"
+        object = "libpax.so"
+        [[phase]]
+        name = "mangled"
+        symbol = "_ZN3pax17CCPaxAccessMethod11TupleInsertEP12RelationDataP14TupleTableSlotjiP19BulkInsertStateData"
+        [[phase]]
+        name = "glob"
+        symbol = "pax::CCPaxAccessMethod::TupleInsert*"
+        [[phase]]
+        name = "forced"
+        symbol = "pax::CCPaxAccessMethod::TupleInsert"
+        return = "uretprobe"
+        [[phase]]
+        name = "wal"
+        symbol = "XLogPaxInsert"
+        [[phase]]
+        name = "over"
+        symbol = "pax::over"
+        [[phase]]
+        name = "over_all"
+        symbol = "pax::over"
+        all_matches = true
+        [[phase]]
+        name = "main"
+        object = "exe"
+        symbol = "main"
+        [[phase]]
+        name = "gone"
+        object = "libgone.so"
+        symbol = "x"
+        "#,
+    );
+    let phases = resolve_profile(&prof, &Scope::Binary(app)).unwrap();
+    let m = resolved(&phases, "mangled");
+    assert_eq!(m.demangled, "pax::CCPaxAccessMethod::TupleInsert");
+    assert_eq!(m.language, Language::Cxx);
+    assert_eq!(
+        by_name(&phases, "mangled").return_mode,
+        ReturnMode::RetSites
+    );
+    assert!(!m.exits.is_empty() && m.exits.iter().all(|s| s.file_offset > m.entry.file_offset));
+    let so = d.join("libpax.so");
+    assert_eq!(
+        m.entry.file_offset,
+        readelf_offset(&so, nm_address(&so, &m.symbol))
+    );
+    assert!(
+        m.display_object.ends_with("/libpax.so"),
+        "{}",
+        m.display_object
+    );
+    assert_eq!(resolved(&phases, "glob").address, m.address);
+    assert_eq!(
+        by_name(&phases, "forced").return_mode,
+        ReturnMode::Uretprobe
+    );
+    assert_eq!(by_name(&phases, "wal").return_mode, ReturnMode::Uretprobe);
+    match &by_name(&phases, "over").status {
+        Status::Unresolved { reason, .. } => {
+            assert!(
+                reason.contains("matches 2 functions")
+                    && reason.contains("_ZN3pax4overEi")
+                    && reason.contains("_ZN3pax4overEd"),
+                "{reason}"
+            );
+        }
+        s => panic!("{s:?}"),
+    }
+    assert_eq!(by_name(&phases, "over_all").targets.len(), 2);
+    assert_eq!(
+        resolved(&phases, "main").display_object,
+        std::fs::canonicalize(d.join("app"))
+            .unwrap()
+            .to_string_lossy()
+    );
+    let text = unresolved_required(&phases).unwrap().to_string();
+    assert!(
+        text.contains("phase 'over': ")
+            && text.contains("phase 'gone': cannot find object 'libgone.so'"),
+        "{text}"
+    );
+}
+
+#[test]
+fn rust_legacy_and_v0_cdylibs() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("lib.rs");
+    std::fs::write(&src, "pub mod refresh { #[inline(never)] pub fn decision(x: u64) -> u64 { \
+        if x > 3 { panic!(\"boom\") } x * 7 + 1 } }\n\
+        #[no_mangle] pub extern \"C\" fn run(x: u64) -> u64 { refresh::decision(std::hint::black_box(x)) }\n").unwrap();
+    for mangling in ["legacy", "v0"] {
+        let out = dir.path().join(format!("lib{mangling}.so"));
+        let st = Command::new("rustc")
+            .args([
+                "--crate-type",
+                "cdylib",
+                "--crate-name",
+                "refreshx",
+                "-O",
+                "-Z",
+                "unstable-options",
+                "-C",
+            ])
+            .arg(format!("symbol-mangling-version={mangling}"))
+            .arg("-o")
+            .arg(&out)
+            .arg(&src)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let prof = profile(&format!(
+            "name = \"r\"\nobject = \"{}\"\n[[phase]]\nname = \"decision\"\n\
+            symbol = \"refreshx::refresh::decision\"\n",
+            out.display()
+        ));
+        let phases = resolve_profile(&prof, &Scope::Binary(out.clone())).unwrap();
+        let t = resolved(&phases, "decision");
+        assert_eq!(t.language, Language::Rust, "{mangling}");
+        assert!(
+            t.symbol
+                .starts_with(if mangling == "v0" { "_R" } else { "_ZN" }),
+            "{}",
+            t.symbol
+        );
+        assert_eq!(phases[0].return_mode, ReturnMode::RetSites);
+        assert!(!t.exits.is_empty());
+    }
+}
+
+#[test]
+fn own_process_by_pid() {
+    let pid = std::process::id();
+    let prof = profile(
+        r#"name = "self"
+        object = "libc"
+        [[phase]]
+        name = "malloc"
+        symbol = "malloc"
+        [[phase]]
+        name = "memcpy"
+        symbol = "memcpy"
+        "#,
+    );
+    let phases = resolve_profile(&prof, &Scope::Pids(vec![pid])).unwrap();
+    let m = resolved(&phases, "malloc");
+    assert!(
+        m.object.starts_with(format!("/proc/{pid}/root/")),
+        "{}",
+        m.object.display()
+    );
+    assert!(m.display_object.ends_with("/libc.so.6") && m.display_object.starts_with('/'));
+    assert_eq!(m.symbol, "malloc", "aliases fold to the preferred name");
+    match &by_name(&phases, "memcpy").status {
+        Status::Unresolved { reason, .. } => {
+            assert!(reason.contains("indirect function"), "{reason}")
+        }
+        s => panic!("{s:?}"),
+    }
+}
+
+#[test]
+fn scope_errors_and_non_elf() {
+    let prof = profile("name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = \"f\"\n");
+    let e = resolve_profile(&prof, &Scope::Pids(vec![999_999])).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "no process with pid 999999 (is it running? check `ps -p 999999`)"
+    );
+    assert!(matches!(
+        e.downcast_ref::<WprofError>(),
+        Some(WprofError::NoProcess(_))
+    ));
+
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("x");
+    std::fs::write(&text, "not a binary\n").unwrap();
+    let phases = resolve_profile(&prof, &Scope::Binary(text.clone())).unwrap();
+    match &phases[0].status {
+        Status::Unresolved { reason, .. } => {
+            let canon = std::fs::canonicalize(&text).unwrap();
+            assert_eq!(reason, &format!("{} is not an ELF object", canon.display()));
+        }
+        s => panic!("{s:?}"),
+    }
+}
+
+#[test]
+fn go_binary() {
+    let go = ["/usr/local/go/bin/go", "/usr/bin/go"]
+        .into_iter()
+        .find(|g| Path::new(g).exists());
+    let Some(go) = go else {
+        eprintln!("SKIPPED: no Go toolchain (/usr/local/go/bin/go)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("main.go"),
+        "package main\n\nimport \"fmt\"\n\n\
+        type T struct{ n int }\n\n//go:noinline\nfunc (t *T) Write(b []byte) int {\n\
+        \tif len(b) > 10 {\n\t\treturn t.n + len(b)\n\t}\n\tt.n += len(b)\n\treturn t.n\n}\n\n\
+        func main() { t := &T{}; fmt.Println(t.Write([]byte(\"hello\"))) }\n",
+    )
+    .unwrap();
+    let st = Command::new(go)
+        .args(["build", "-o", "app", "main.go"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let prof = profile(
+        r#"name = "go"
+        [[phase]]
+        name = "literal"
+        symbol = "main.(*T).Write"
+        [[phase]]
+        name = "glob"
+        symbol = 'main.(\*T).Wr*'
+        "#,
+    );
+    let phases = resolve_profile(&prof, &Scope::Binary(dir.path().join("app"))).unwrap();
+    let t = resolved(&phases, "literal");
+    assert_eq!(t.language, Language::Go);
+    assert_eq!(phases[0].return_mode, ReturnMode::RetSites);
+    assert!(!t.exits.is_empty() && t.exits.iter().all(|s| s.cost == CostClass::SingleStep));
+    assert_eq!(resolved(&phases, "glob").address, t.address);
+}

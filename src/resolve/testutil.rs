@@ -1,0 +1,113 @@
+//! Test helpers shared by the resolve tests: building fixtures with cc/g++, reading
+//! addresses and offsets with nm/readelf, and the C++ fixture mimicking PAX's signatures.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// True if `path` exists; otherwise skips loudly, or fails when WPROF_REQUIRE_BPF=1.
+pub(crate) fn require(path: &str) -> bool {
+    if Path::new(path).exists() {
+        return true;
+    }
+    if std::env::var("WPROF_REQUIRE_BPF").as_deref() == Ok("1") {
+        panic!("{path} is missing and WPROF_REQUIRE_BPF=1: install it (postgresql-15)");
+    }
+    eprintln!("SKIPPED: {path} is missing (set WPROF_REQUIRE_BPF=1 to make this a failure)");
+    false
+}
+
+/// Compiles `src` (C, or C++ when `cxx`) into a shared object or executable in `dir`.
+pub(crate) fn build(dir: &Path, name: &str, src: &str, cxx: bool, flags: &[&str]) -> PathBuf {
+    let ext = if cxx { "cc" } else { "c" };
+    let source = dir.join(format!("{name}.{ext}"));
+    std::fs::write(&source, src).unwrap();
+    let out = dir.join(name);
+    let compiler = if cxx { "g++" } else { "cc" };
+    let st = Command::new(compiler)
+        .arg(&source)
+        .arg("-o")
+        .arg(&out)
+        .args(flags)
+        .status()
+        .unwrap();
+    assert!(st.success(), "{compiler} failed on {name}");
+    out
+}
+
+/// `nm`'s address of a defined symbol.
+pub(crate) fn nm_address(obj: &Path, name: &str) -> u64 {
+    let out = Command::new("nm").arg(obj).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .find_map(|l| {
+            let mut it = l.split_whitespace();
+            let (a, _, n) = (it.next()?, it.next()?, it.next()?);
+            (n == name).then(|| u64::from_str_radix(a, 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("nm: no {name} in {}", obj.display()))
+}
+
+/// File offset of `addr` computed from `readelf -lW` LOAD lines.
+pub(crate) fn readelf_offset(obj: &Path, addr: u64) -> u64 {
+    let out = Command::new("readelf")
+        .arg("-lW")
+        .arg(obj)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for l in text.lines().filter(|l| l.trim_start().starts_with("LOAD")) {
+        let f: Vec<u64> = l
+            .split_whitespace()
+            .skip(1)
+            .take(5)
+            .map(|x| u64::from_str_radix(x.trim_start_matches("0x"), 16).unwrap())
+            .collect();
+        let (off, va, filesz) = (f[0], f[1], f[3]);
+        if addr >= va && addr < va + filesz {
+            return addr - va + off;
+        }
+    }
+    panic!("readelf: {addr:#x} in no LOAD segment");
+}
+
+/// RET instructions of `sym` as objdump sees them.
+pub(crate) fn objdump_rets(obj: &std::path::Path, sym: &str) -> usize {
+    let out = Command::new("objdump")
+        .arg("-d")
+        .arg(format!("--disassemble={sym}"))
+        .arg(obj)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.lines()
+        .filter(|l| {
+            l.split('\t').nth(2).is_some_and(|i| {
+                i.starts_with("ret") || i.starts_with("repz ret") || i.starts_with("rep ret")
+            })
+        })
+        .count()
+}
+
+/// A C++ library with PAX's mangled names, a throwing method, overloads, `[abi:cxx11]`,
+/// a template and an aliased `extern "C"` function.
+pub(crate) const CXX_SRC: &str = r#"
+    #include <stdexcept>
+    #include <string>
+    struct RelationData; struct TupleTableSlot; struct BulkInsertStateData;
+    namespace pax {
+    struct CCPaxAccessMethod {
+        static int TupleInsert(RelationData*, TupleTableSlot*, unsigned, int, BulkInsertStateData*);
+    };
+    int CCPaxAccessMethod::TupleInsert(RelationData* r, TupleTableSlot*, unsigned n, int, BulkInsertStateData*) {
+        if (r == nullptr && n == 7) throw std::runtime_error("boom");
+        return static_cast<int>(n) + 1;
+    }
+    int over(int x) { return x + 1; }
+    int over(double x) { return static_cast<int>(x) + 2; }
+    std::string Name() { return "pax"; }
+    template <typename T> struct Writer { T write(T x) const { return x + 1; } };
+    template struct Writer<int>;
+    }
+    extern "C" int XLogPaxInsert(int x) { return x * 2; }
+    extern "C" int XLogPaxAlias(int x) __attribute__((alias("XLogPaxInsert")));
+"#;
