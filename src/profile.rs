@@ -131,7 +131,7 @@ impl Profile {
         }
         let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
         Err(WprofError::Usage(format!(
-            "no built-in profile '{target}' (built-in: {}); pass a path to a .toml profile",
+            "no built-in profile '{target}' (built-in: {}; see `wprof targets`); pass a path to a .toml profile",
             names.join(", ")
         )))
     }

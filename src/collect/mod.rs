@@ -116,9 +116,15 @@ pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
     let stacks: HashMap<_, u64, ThreadStack> =
         HashMap::try_from(ebpf.map("STACKS").context("no STACKS map")?)?;
     for item in stacks.iter() {
-        let (_, st) = item.context("read STACKS")?;
+        let (key, st) = item.context("read STACKS")?;
+        // A call on a thread that no longer exists can never return: it was left without a
+        // return we saw (e.g. the last exception before exit). On a live thread it is open.
+        let (pid, tid) = (key >> 32, key as u32);
+        let alive = std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+            && crate::attach::process_alive(pid as u32);
+        let bucket = if alive { &mut end.nodes.open } else { &mut end.nodes.abandoned };
         for f in st.frames.iter().take(st.len as usize) {
-            *end.nodes.open.entry(f.node).or_default() += 1;
+            *bucket.entry(f.node).or_default() += 1;
         }
     }
     Ok(end)

@@ -32,10 +32,20 @@ pub fn to_json(run: &Run) -> serde_json::Value {
     serde_json::to_value(&doc).unwrap_or_else(|e| unreachable!("run serializes to JSON: {e}"))
 }
 
+/// Parses without serde_json's 128-level nesting limit: a tree may be MAX_DEPTH (128) phases
+/// deep and every level nests an object in an array.
+pub fn parse_deep<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    de.disable_recursion_limit();
+    let v = T::deserialize(&mut de)?;
+    de.end()?;
+    Ok(v)
+}
+
 /// Reads a RUN.json. Refuses other schema versions and malformed or incomplete documents
 /// with a message naming the version, or the line and column of the problem.
 pub fn from_json(text: &str) -> Result<Run> {
-    let head: Head = serde_json::from_str(text).map_err(|e| anyhow!("malformed JSON: {e}"))?;
+    let head: Head = parse_deep(text).map_err(|e| anyhow!("malformed JSON: {e}"))?;
     match head.schema_version {
         None => bail!("no schema_version field: not a wprof RUN.json"),
         Some(serde_json::Value::Number(n)) if n.as_u64() == Some(SCHEMA_VERSION.into()) => {}
@@ -49,7 +59,7 @@ pub fn from_json(text: &str) -> Result<Run> {
         },
         Some(other) => bail!("schema_version is {other}, not an integer: not a wprof RUN.json"),
     }
-    let doc: Doc = serde_json::from_str(text)
+    let doc: Doc = parse_deep(text)
         .map_err(|e| anyhow!("RUN.json does not match schema v{SCHEMA_VERSION}: {e}"))?;
     let mut roots = Vec::with_capacity(doc.tree.roots.len());
     for r in doc.tree.roots {

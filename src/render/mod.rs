@@ -16,5 +16,5 @@ mod testutil;
 
 pub use flamegraph::{flamegraph_svg, PHASE_PALETTE};
 pub use folded::folded;
-pub use json::{from_json, to_json};
+pub use json::{from_json, parse_deep, to_json};
 pub use text::{render_tree, TextOptions};

@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 
 use crate::aggregate::Aggregator;
 use crate::args::{AttachArgs, RecordArgs, TraceArgs};
-use crate::attach::{process_alive, Tracer, TracerOptions};
+use crate::attach::{check_capabilities, process_alive, Tracer, TracerOptions};
 use crate::collect::{read_end_state, Collector, EndState};
 use crate::error::WprofError;
 use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run};
@@ -27,6 +27,8 @@ pub use trace_loop::{EndReason, Watch};
 /// `wprof attach`: trace running processes until an end condition; exit code 0.
 pub fn attach(a: AttachArgs) -> Result<i32> {
     let profile = Profile::load(&a.target.target)?;
+    // First, so a missing capability is reported as such and not as a /proc permission error.
+    check_capabilities()?;
     for &pid in &a.pid {
         if !process_alive(pid) {
             return Err(WprofError::NoProcess(format!(
@@ -65,6 +67,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
 /// exit; exit with its status.
 pub fn record(r: RecordArgs) -> Result<i32> {
     let profile = Profile::load(&r.target.target)?;
+    check_capabilities()?;
     let exe = child::find_executable(&r.command[0])?;
     let phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
@@ -210,7 +213,7 @@ fn build_run(
         lost_node_defs: end.counter(counter::LOST_NODE_DEFS),
         orphan_spans: tree.orphan_spans,
         unmatched_returns: end.counter(counter::UNMATCHED_RETURNS),
-        abandoned: end.counter(counter::ABANDONED),
+        abandoned: end.nodes.abandoned.values().sum(),
         open_at_end: end.nodes.open.values().sum(),
         overflow: end.counter(counter::OVERFLOW),
         no_stack: end.counter(counter::NO_STACK),
