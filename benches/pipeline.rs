@@ -11,15 +11,37 @@ use wprof_common::{Event, EventKind};
 fn bytes_of(ev: &Event) -> Vec<u8> {
     // SAFETY: Event is #[repr(C)] plain integers; viewing it as bytes is what the ring buffer
     // carries.
-    unsafe { std::slice::from_raw_parts((ev as *const Event).cast::<u8>(), std::mem::size_of::<Event>()) }.to_vec()
+    unsafe {
+        std::slice::from_raw_parts(
+            (ev as *const Event).cast::<u8>(),
+            std::mem::size_of::<Event>(),
+        )
+    }
+    .to_vec()
 }
 
 fn main() {
     // node ids and parents of the fixture tree.
-    let nodes: [(u64, u64, u32); 7] = [(1, 0, 0), (2, 1, 1), (3, 1, 2), (4, 3, 3), (5, 3, 4), (6, 1, 5), (7, 6, 6)];
+    let nodes: [(u64, u64, u32); 7] = [
+        (1, 0, 0),
+        (2, 1, 1),
+        (3, 1, 2),
+        (4, 3, 3),
+        (5, 3, 4),
+        (6, 1, 5),
+        (7, 6, 6),
+    ];
     let mut records: Vec<Vec<u8>> = nodes
         .iter()
-        .map(|&(node, parent, phase)| bytes_of(&Event { kind: EventKind::NodeDef as u32, node, parent, phase, ..Event::default() }))
+        .map(|&(node, parent, phase)| {
+            bytes_of(&Event {
+                kind: EventKind::NodeDef as u32,
+                node,
+                parent,
+                phase,
+                ..Event::default()
+            })
+        })
         .collect();
     let calls = 400_000u64;
     for i in 0..calls {
@@ -53,5 +75,10 @@ fn main() {
         best = best.min(t.elapsed().as_secs_f64());
     }
     let n = records.len() as f64;
-    println!("collect+aggregate: {:.0} events in {:.3} s (best of 5) = {:.2} M events/s on one core", n, best, n / best / 1e6);
+    println!(
+        "collect+aggregate: {:.0} events in {:.3} s (best of 5) = {:.2} M events/s on one core",
+        n,
+        best,
+        n / best / 1e6
+    );
 }

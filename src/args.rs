@@ -177,15 +177,24 @@ impl From<ReturnArg> for ReturnMode {
 /// Parses `500ms`, `30s`, `2m`, `1h` or a plain number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len()));
-    let v: f64 = num.parse().map_err(|_| format!("'{s}' is not a duration (try 500ms, 30s, 2m)"))?;
+    let (num, unit) = s.split_at(
+        s.find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(s.len()),
+    );
+    let v: f64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a duration (try 500ms, 30s, 2m)"))?;
     let secs = match unit {
         "" | "s" => v,
         "ms" => v / 1e3,
         "us" | "µs" => v / 1e6,
         "m" | "min" => v * 60.0,
         "h" => v * 3600.0,
-        _ => return Err(format!("unknown unit '{unit}' in '{s}' (use ms, s, m or h)")),
+        _ => {
+            return Err(format!(
+                "unknown unit '{unit}' in '{s}' (use ms, s, m or h)"
+            ))
+        }
     };
     if !(secs > 0.0 && secs.is_finite()) {
         return Err(format!("duration '{s}' must be positive"));
@@ -202,7 +211,9 @@ pub fn parse_size(s: &str) -> Result<u32, String> {
         Some('G') => (&t[..t.len() - 1], 1 << 30),
         _ => (t, 1),
     };
-    let n: u64 = num.parse().map_err(|_| format!("'{s}' is not a size (try 64K or 8M)"))?;
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (try 64K or 8M)"))?;
     let bytes = n * mult;
     if bytes == 0 || bytes > 1 << 30 {
         return Err(format!("ring size '{s}' must be between 1 byte and 1G"));
@@ -227,8 +238,11 @@ mod tests {
 
     #[test]
     fn record_takes_the_command_after_dashes() {
-        let cli = Cli::try_parse_from(["wprof", "record", "-t", "fixture", "--", "prog", "--flag"]).unwrap();
-        let Command::Record(r) = cli.command else { panic!("not record") };
+        let cli = Cli::try_parse_from(["wprof", "record", "-t", "fixture", "--", "prog", "--flag"])
+            .unwrap();
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
         assert_eq!(r.command, ["prog", "--flag"]);
         assert_eq!(r.trace.ring_size, 8 << 20);
     }

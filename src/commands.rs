@@ -16,7 +16,12 @@ use crate::session::{self, status_text};
 pub fn targets() -> Result<i32> {
     for (name, text) in BUILTIN {
         let p = Profile::parse(text, name)?;
-        println!("{:<14} {:>3} phases  {}", p.name, p.phases.len(), p.description);
+        println!(
+            "{:<14} {:>3} phases  {}",
+            p.name,
+            p.phases.len(),
+            p.description
+        );
     }
     Ok(0)
 }
@@ -42,7 +47,23 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
     )?;
     for p in &phases {
         if p.targets.is_empty() {
-            writeln!(out, "{:<18} {:<24} {:<44} {:>10} {:<10} {:>5} {:<11} {:>8}  {}", p.phase.name, "-", p.phase.symbol.as_deref().or(p.phase.syscall.as_deref()).unwrap_or("-"), "-", "-", "-", "-", "-", status_text(&p.status))?;
+            writeln!(
+                out,
+                "{:<18} {:<24} {:<44} {:>10} {:<10} {:>5} {:<11} {:>8}  {}",
+                p.phase.name,
+                "-",
+                p.phase
+                    .symbol
+                    .as_deref()
+                    .or(p.phase.syscall.as_deref())
+                    .unwrap_or("-"),
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                status_text(&p.status)
+            )?;
             if let Status::Unresolved { nearest, .. } = &p.status {
                 if !nearest.is_empty() {
                     writeln!(out, "{:<18} nearest: {}", "", nearest.join(", "))?;
@@ -63,7 +84,11 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
                 truncate(&t.demangled, 44),
                 t.entry.file_offset,
                 p.return_mode.as_str(),
-                if p.return_mode == crate::profile::ReturnMode::Uretprobe { "-".to_string() } else { t.exits.len().to_string() },
+                if p.return_mode == crate::profile::ReturnMode::Uretprobe {
+                    "-".to_string()
+                } else {
+                    t.exits.len().to_string()
+                },
                 probe_cost::class_name(t.entry.cost),
                 probe_cost::pair_ns(p) / 1000.0,
                 status_text(&p.status)
@@ -89,8 +114,10 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// `wprof report RUN.json`: re-renders a saved run.
 pub fn report(a: ReportArgs) -> Result<i32> {
-    let text = std::fs::read_to_string(&a.run).with_context(|| format!("read {}", a.run.display()))?;
-    let run = render::from_json(&text).with_context(|| format!("{} is not a wprof run", a.run.display()))?;
+    let text =
+        std::fs::read_to_string(&a.run).with_context(|| format!("read {}", a.run.display()))?;
+    let run = render::from_json(&text)
+        .with_context(|| format!("{} is not a wprof run", a.run.display()))?;
     let kind = match a.format {
         ReportFormat::Tree => session::OutputKind::Tree,
         ReportFormat::Json => session::OutputKind::Json,

@@ -8,7 +8,8 @@ use crate::profile::ReturnMode;
 use crate::resolve::{CostClass, ResolvedPhase};
 
 /// The label outputs carry for these figures.
-pub const MODEL: &str = "estimated (fixed per-class costs measured on the project's VMs; not calibrated on this host)";
+pub const MODEL: &str =
+    "estimated (fixed per-class costs measured on the project's VMs; not calibrated on this host)";
 
 /// Cost of one uprobe hit on an instruction of this class, ns.
 pub fn hit_ns(class: CostClass) -> f64 {
@@ -24,7 +25,9 @@ pub const URETPROBE_RETURN_NS: f64 = 1_000.0;
 
 /// Estimated cost of one call's entry + return probes for a resolved phase, ns.
 pub fn pair_ns(phase: &ResolvedPhase) -> f64 {
-    let Some(t) = phase.targets.first() else { return 0.0 };
+    let Some(t) = phase.targets.first() else {
+        return 0.0;
+    };
     let ret = match phase.return_mode {
         ReturnMode::Uretprobe => URETPROBE_RETURN_NS,
         // A call leaves through one exit site; take the costliest class present.

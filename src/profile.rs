@@ -12,7 +12,10 @@ use crate::error::WprofError;
 /// The built-in profiles, embedded from attach-profiles/ so the binary is self-contained.
 pub const BUILTIN: &[(&str, &str)] = &[
     ("fixture", include_str!("../attach-profiles/fixture.toml")),
-    ("fixture-cxx", include_str!("../attach-profiles/fixture-cxx.toml")),
+    (
+        "fixture-cxx",
+        include_str!("../attach-profiles/fixture-cxx.toml"),
+    ),
     ("postgres", include_str!("../attach-profiles/postgres.toml")),
 ];
 
@@ -124,9 +127,8 @@ impl Profile {
         }
         let looks_like_path = target.contains('/') || target.ends_with(".toml");
         if looks_like_path || Path::new(target).exists() {
-            let text = std::fs::read_to_string(target).map_err(|e| {
-                WprofError::Profile(format!("cannot read profile {target}: {e}"))
-            })?;
+            let text = std::fs::read_to_string(target)
+                .map_err(|e| WprofError::Profile(format!("cannot read profile {target}: {e}")))?;
             return Profile::parse(&text, target);
         }
         let names: Vec<&str> = BUILTIN.iter().map(|(n, _)| *n).collect();
@@ -142,14 +144,22 @@ impl Profile {
             return err("no [[phase]] entries".into());
         }
         if self.phases.len() > wprof_common::MAX_PHASES as usize {
-            return err(format!("{} phases; at most {}", self.phases.len(), wprof_common::MAX_PHASES));
+            return err(format!(
+                "{} phases; at most {}",
+                self.phases.len(),
+                wprof_common::MAX_PHASES
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for p in &self.phases {
             if !seen.insert(p.name.as_str()) {
                 return err(format!("phase name '{}' is used twice", p.name));
             }
-            let kinds = [p.symbol.is_some(), p.syscall.is_some(), p.tracepoint.is_some()];
+            let kinds = [
+                p.symbol.is_some(),
+                p.syscall.is_some(),
+                p.tracepoint.is_some(),
+            ];
             if kinds.iter().filter(|k| **k).count() != 1 {
                 return err(format!(
                     "phase '{}' needs exactly one of symbol, syscall or tracepoint",
@@ -193,9 +203,12 @@ mod tests {
 
     #[test]
     fn malformed_profile_names_line_and_column() {
-        let e = Profile::parse("name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = \n", "t.toml")
-            .unwrap_err()
-            .to_string();
+        let e = Profile::parse(
+            "name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = \n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("t.toml"), "{e}");
         assert!(e.contains("line 4"), "{e}");
         assert!(e.contains("column"), "{e}");

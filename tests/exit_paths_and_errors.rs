@@ -18,14 +18,24 @@ fn assert_no_wprof_programs() {
         if left.is_empty() {
             return;
         }
-        assert!(Instant::now() < deadline, "wprof left BPF programs loaded: {left:?}");
+        assert!(
+            Instant::now() < deadline,
+            "wprof left BPF programs loaded: {left:?}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
 
 fn start_attach(pid: u32, json: &Path) -> Child {
     let mut w = wprof()
-        .args(["attach", "--target", "fixture", "--pid", &pid.to_string(), "--json"])
+        .args([
+            "attach",
+            "--target",
+            "fixture",
+            "--pid",
+            &pid.to_string(),
+            "--json",
+        ])
         .arg(json)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -65,8 +75,16 @@ fn finish_unharmed(mut fx: Child) {
     let _ = fx.stdin.as_mut().expect("stdin").write_all(b"go\ngo\n");
     drop(fx.stdin.take());
     let out = fx.wait_with_output().expect("fixture");
-    assert!(out.status.success(), "traced fixture was harmed: {}", text(&out));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("fixture:"), "{}", text(&out));
+    assert!(
+        out.status.success(),
+        "traced fixture was harmed: {}",
+        text(&out)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("fixture:"),
+        "{}",
+        text(&out)
+    );
 }
 
 #[test]
@@ -96,7 +114,10 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
         signal(w.id(), sig);
         let o = w.wait_with_output().expect("wprof");
         assert!(o.status.success(), "SIG{sig}: {}", text(&o));
-        assert!(read_json(&json)["provenance"]["end_reason"].as_str().unwrap_or("").contains(if sig == "INT" { "SIGINT" } else { "SIGTERM" }));
+        assert!(read_json(&json)["provenance"]["end_reason"]
+            .as_str()
+            .unwrap_or("")
+            .contains(if sig == "INT" { "SIGINT" } else { "SIGTERM" }));
         assert_no_wprof_programs();
         finish_unharmed(fx);
     }
@@ -105,15 +126,26 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
     let mut fx = spawn_waiting(&fixture("writepath"), &["--wait", "--iterations", "100000"]);
     let json = dir.path().join("kill-target.json");
     let w = start_attach(fx.id(), &json);
-    fx.stdin.as_mut().expect("stdin").write_all(b"go\n").expect("go");
+    fx.stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
     std::thread::sleep(Duration::from_millis(300));
     fx.kill().expect("kill fixture");
     let _ = fx.wait();
     let o = w.wait_with_output().expect("wprof");
     assert!(o.status.success(), "{}", text(&o));
     let run_json = read_json(&json);
-    assert_eq!(run_json["provenance"]["end_reason"], "traced process exited");
-    assert!(u(node(&run_json, &["write_record"]), "count") > 0, "{}", summary(&run_json));
+    assert_eq!(
+        run_json["provenance"]["end_reason"],
+        "traced process exited"
+    );
+    assert!(
+        u(node(&run_json, &["write_record"]), "count") > 0,
+        "{}",
+        summary(&run_json)
+    );
     assert_no_wprof_programs();
 
     // 5. wprof itself is SIGKILLed mid-run: the kernel drops its probes with its fds and the
@@ -148,22 +180,59 @@ fn bad_input_gets_a_clear_error_and_exit_code() {
     let exe = fixture("writepath");
 
     // Malformed profile: exit 2, with line and column.
-    let p = write_profile(dir.path(), "name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = [\n");
-    expect_error(wprof().args(["probes", "--target", &p, "--binary"]).arg(&exe), 2, &["line", "column"]);
+    let p = write_profile(
+        dir.path(),
+        "name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = [\n",
+    );
+    expect_error(
+        wprof()
+            .args(["probes", "--target", &p, "--binary"])
+            .arg(&exe),
+        2,
+        &["line", "column"],
+    );
 
     // Unresolved required symbol: exit 4, with the nearest names.
-    let p = write_profile(dir.path(), "name = \"x\"\n[[phase]]\nname = \"w\"\nsymbol = \"write_recrd\"\n");
-    expect_error(wprof().args(["probes", "--target", &p, "--binary"]).arg(&exe), 4, &["write_recrd", "write_record"]);
+    let p = write_profile(
+        dir.path(),
+        "name = \"x\"\n[[phase]]\nname = \"w\"\nsymbol = \"write_recrd\"\n",
+    );
+    expect_error(
+        wprof()
+            .args(["probes", "--target", &p, "--binary"])
+            .arg(&exe),
+        4,
+        &["write_recrd", "write_record"],
+    );
 
     // An object that is not ELF: exit 4, saying so.
-    let p = write_profile(dir.path(), "name = \"x\"\nobject = \"/etc/hostname\"\n[[phase]]\nname = \"w\"\nsymbol = \"f\"\n");
-    expect_error(wprof().args(["probes", "--target", &p, "--binary"]).arg(&exe), 4, &["not an ELF"]);
+    let p = write_profile(
+        dir.path(),
+        "name = \"x\"\nobject = \"/etc/hostname\"\n[[phase]]\nname = \"w\"\nsymbol = \"f\"\n",
+    );
+    expect_error(
+        wprof()
+            .args(["probes", "--target", &p, "--binary"])
+            .arg(&exe),
+        4,
+        &["not an ELF"],
+    );
 
     // A pid that does not exist: exit 1.
-    expect_error(wprof().args(["attach", "--target", "fixture", "--pid", "999999999"]), 1, &["no process with pid 999999999"]);
+    expect_error(
+        wprof().args(["attach", "--target", "fixture", "--pid", "999999999"]),
+        1,
+        &["no process with pid 999999999"],
+    );
 
     // Unknown built-in profile: usage, exit 2.
-    expect_error(wprof().args(["probes", "--target", "nope", "--binary"]).arg(&exe), 2, &["wprof targets", "fixture"]);
+    expect_error(
+        wprof()
+            .args(["probes", "--target", "nope", "--binary"])
+            .arg(&exe),
+        2,
+        &["wprof targets", "fixture"],
+    );
 }
 
 #[test]
@@ -176,9 +245,20 @@ fn missing_capabilities_are_named_even_for_root() {
     // uid 0 with an empty bounding set: root, but without CAP_BPF/CAP_PERFMON.
     expect_error(
         Command::new("setpriv")
-            .args(["--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", "--"])
+            .args([
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ])
             .arg(env!("CARGO_BIN_EXE_wprof"))
-            .args(["attach", "--target", "fixture", "--pid", &fx.id().to_string()]),
+            .args([
+                "attach",
+                "--target",
+                "fixture",
+                "--pid",
+                &fx.id().to_string(),
+            ]),
         1,
         &["CAP_BPF", "CAP_PERFMON", "setcap"],
     );
@@ -193,7 +273,13 @@ fn a_pid_that_exits_during_attach_is_an_error_not_an_empty_run() {
     let _g = bpf_lock();
     let mut fx = spawn_waiting(&fixture("writepath"), &["--wait"]);
     let w = wprof()
-        .args(["attach", "--target", "fixture", "--pid", &fx.id().to_string()])
+        .args([
+            "attach",
+            "--target",
+            "fixture",
+            "--pid",
+            &fx.id().to_string(),
+        ])
         .env("WPROF_TEST_PAUSE_BEFORE_ATTACH_MS", "700")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -204,7 +290,11 @@ fn a_pid_that_exits_during_attach_is_an_error_not_an_empty_run() {
     let _ = fx.wait();
     let o = w.wait_with_output().expect("wprof");
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("exited"), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("exited"),
+        "{}",
+        text(&o)
+    );
     assert_no_wprof_programs();
 }
 
@@ -212,14 +302,28 @@ fn a_pid_that_exits_during_attach_is_an_error_not_an_empty_run() {
 fn the_postgres_profile_resolves_against_debians_stripped_binary() {
     let pg = Path::new("/usr/lib/postgresql/15/bin/postgres");
     if !pg.exists() {
-        assert!(std::env::var("WPROF_REQUIRE_BPF").as_deref() != Ok("1"), "postgresql-15 is not installed");
+        assert!(
+            std::env::var("WPROF_REQUIRE_BPF").as_deref() != Ok("1"),
+            "postgresql-15 is not installed"
+        );
         return;
     }
-    let o = run(wprof().args(["probes", "--target", "postgres", "--binary"]).arg(pg));
+    let o = run(wprof()
+        .args(["probes", "--target", "postgres", "--binary"])
+        .arg(pg));
     assert!(o.status.success(), "{}", text(&o));
     let table = String::from_utf8_lossy(&o.stdout);
-    for f in ["heap_insert", "btinsert", "XLogInsert", "XLogFlush", "CommitTransactionCommand"] {
-        let row = table.lines().find(|l| l.contains(f)).unwrap_or_else(|| panic!("no row for {f}:\n{table}"));
+    for f in [
+        "heap_insert",
+        "btinsert",
+        "XLogInsert",
+        "XLogFlush",
+        "CommitTransactionCommand",
+    ] {
+        let row = table
+            .lines()
+            .find(|l| l.contains(f))
+            .unwrap_or_else(|| panic!("no row for {f}:\n{table}"));
         assert!(row.ends_with("resolved"), "{row}");
     }
 }

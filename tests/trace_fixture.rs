@@ -13,13 +13,15 @@ use common::*;
 /// `wprof record --target fixture --json DIR/run.json [extra] -- writepath ARGS`.
 fn record(dir: &Path, extra: &[&str], program: &str, args: &[&str]) -> (Output, serde_json::Value) {
     let json = dir.join("run.json");
-    let out = common::run(wprof()
-        .args(["record", "--target", "fixture", "--json"])
-        .arg(&json)
-        .args(extra)
-        .arg("--")
-        .arg(fixture(program))
-        .args(args));
+    let out = common::run(
+        wprof()
+            .args(["record", "--target", "fixture", "--json"])
+            .arg(&json)
+            .args(extra)
+            .arg("--")
+            .arg(fixture(program))
+            .args(args),
+    );
     assert!(out.status.success(), "wprof record failed:\n{}", text(&out));
     (out.clone(), read_json(&json))
 }
@@ -60,11 +62,21 @@ const WRITE_PATH: &[&[&str]] = &[
 ];
 
 fn assert_shape(run: &serde_json::Value, calls: u64) {
-    assert_eq!(run["tree"]["roots"].as_array().map(Vec::len), Some(1), "{}", summary(run));
+    assert_eq!(
+        run["tree"]["roots"].as_array().map(Vec::len),
+        Some(1),
+        "{}",
+        summary(run)
+    );
     for path in WRITE_PATH {
         let n = node(run, path);
         assert_eq!(u(n, "count"), calls, "{path:?}\n{}", summary(run));
-        assert_eq!(u(n, "abandoned") + u(n, "lost") + u(n, "open"), 0, "{path:?}\n{}", summary(run));
+        assert_eq!(
+            u(n, "abandoned") + u(n, "lost") + u(n, "open"),
+            0,
+            "{path:?}\n{}",
+            summary(run)
+        );
     }
     let kids = |p: &[&str]| node(run, p)["children"].as_array().map(Vec::len);
     assert_eq!(kids(&["write_record"]), Some(3), "{}", summary(run));
@@ -86,25 +98,70 @@ fn tree_shape_is_exact_and_long_phases_match_commanded_times() {
 
     // Phases of 100 µs and more: within 5% of the commanded time (self times on the
     // command line: write 3, encode 5, persist 1 + compress 20 + flush 100, wal 2 + sync 150).
-    assert_within("flush_block", mean_us(node(&run, &["write_record", "persist_block", "flush_block"])), 100.0, 0.05);
-    assert_within("wal_sync", mean_us(node(&run, &["write_record", "wal_append", "wal_sync"])), 150.0, 0.05);
-    assert_within("wal_append", mean_us(node(&run, &["write_record", "wal_append"])), 152.0, 0.05);
-    assert_within("persist_block", mean_us(node(&run, &["write_record", "persist_block"])), 121.0, 0.05);
-    assert_within("write_record", mean_us(node(&run, &["write_record"])), 281.0, 0.05);
+    assert_within(
+        "flush_block",
+        mean_us(node(
+            &run,
+            &["write_record", "persist_block", "flush_block"],
+        )),
+        100.0,
+        0.05,
+    );
+    assert_within(
+        "wal_sync",
+        mean_us(node(&run, &["write_record", "wal_append", "wal_sync"])),
+        150.0,
+        0.05,
+    );
+    assert_within(
+        "wal_append",
+        mean_us(node(&run, &["write_record", "wal_append"])),
+        152.0,
+        0.05,
+    );
+    assert_within(
+        "persist_block",
+        mean_us(node(&run, &["write_record", "persist_block"])),
+        121.0,
+        0.05,
+    );
+    assert_within(
+        "write_record",
+        mean_us(node(&run, &["write_record"])),
+        281.0,
+        0.05,
+    );
 
     // And within 5% of the same program untraced.
-    let plain = common::run(std::process::Command::new(fixture("writepath")).args(["--iterations", "400"]));
+    let plain =
+        common::run(std::process::Command::new(fixture("writepath")).args(["--iterations", "400"]));
     assert!(plain.status.success());
     let untraced_us = truth(&plain, "write_mean_ns") as f64 / 1000.0;
-    assert_within("write_record vs untraced", mean_us(node(&run, &["write_record"])), untraced_us, 0.05);
+    assert_within(
+        "write_record vs untraced",
+        mean_us(node(&run, &["write_record"])),
+        untraced_us,
+        0.05,
+    );
 
     // Short phases carry their probe-cost share, flagged above 10%; long ones are not flagged.
     let tree = String::from_utf8_lossy(&out.stdout);
     let line = |name: &str| {
-        tree.lines().find(|l| l.contains(name) && l.contains("n=")).unwrap_or_else(|| panic!("no {name} row:\n{tree}")).to_string()
+        tree.lines()
+            .find(|l| l.contains(name) && l.contains("n="))
+            .unwrap_or_else(|| panic!("no {name} row:\n{tree}"))
+            .to_string()
     };
-    assert!(line("encode_record").contains("probe") && line("encode_record").contains('!'), "{}", line("encode_record"));
-    assert!(!line("flush_block").contains('!'), "{}", line("flush_block"));
+    assert!(
+        line("encode_record").contains("probe") && line("encode_record").contains('!'),
+        "{}",
+        line("encode_record")
+    );
+    assert!(
+        !line("flush_block").contains('!'),
+        "{}",
+        line("flush_block")
+    );
 }
 
 #[test]
@@ -117,8 +174,14 @@ fn cet_build_with_endbr64_keeps_the_shape_and_flags_probe_cost() {
     let (out, run) = record(dir.path(), &[], "writepath-cet", &["--iterations", "100"]);
     assert_shape(&run, 100);
     let phases = run["phases"].as_array().expect("phases");
-    let encode = phases.iter().find(|p| p["name"] == "encode_record").expect("encode phase");
-    assert_eq!(encode["entry_cost"], "single-step", "endbr64 is single-stepped: {encode}");
+    let encode = phases
+        .iter()
+        .find(|p| p["name"] == "encode_record")
+        .expect("encode phase");
+    assert_eq!(
+        encode["entry_cost"], "single-step",
+        "endbr64 is single-stepped: {encode}"
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains('!'));
 }
 
@@ -129,14 +192,22 @@ fn four_threads_give_the_same_shape_with_counts_summed() {
     }
     let _g = bpf_lock();
     let dir = tempdir();
-    let (_, run) = record(dir.path(), &[], "writepath", &["--iterations", "100", "--threads", "4"]);
+    let (_, run) = record(
+        dir.path(),
+        &[],
+        "writepath",
+        &["--iterations", "100", "--threads", "4"],
+    );
     assert_shape(&run, 400);
 }
 
 fn recursion_chain(run: &serde_json::Value) -> Vec<(u64, u64)> {
     let mut n = node(run, &["write_record"]);
     let mut levels = Vec::new();
-    while let Some(c) = n["children"].as_array().and_then(|k| k.iter().find(|c| c["name"] == "recurse_phase")) {
+    while let Some(c) = n["children"]
+        .as_array()
+        .and_then(|k| k.iter().find(|c| c["name"] == "recurse_phase"))
+    {
         levels.push((u(c, "count"), u(c, "abandoned")));
         n = c;
     }
@@ -162,7 +233,10 @@ fn recursion_100_deep_is_exact_with_ret_sites_and_reported_with_uretprobes() {
     let levels = recursion_chain(&run);
     assert_eq!(levels.len(), 100, "{}", summary(&run));
     assert!(levels.iter().all(|&(n, a)| n + a == 20), "{levels:?}");
-    assert!(levels.iter().any(|&(_, a)| a > 0), "no loss reported beyond 64 levels: {levels:?}");
+    assert!(
+        levels.iter().any(|&(_, a)| a > 0),
+        "no loss reported beyond 64 levels: {levels:?}"
+    );
     assert!(u(&run["counters"], "abandoned") > 0);
 }
 
@@ -174,11 +248,21 @@ fn a_phase_left_by_longjmp_is_counted_as_abandoned() {
     let _g = bpf_lock();
     for mode in ["uretprobe", "ret-sites"] {
         let dir = tempdir();
-        let (out, run) = record(dir.path(), &["--return", mode], "writepath", &["--iterations", "200", "--longjmp-every", "4"]);
+        let (out, run) = record(
+            dir.path(),
+            &["--return", mode],
+            "writepath",
+            &["--iterations", "200", "--longjmp-every", "4"],
+        );
         let jumps = truth(&out, "longjmps");
         assert_eq!(jumps, 50);
         let risky = node(&run, &["write_record", "risky_step"]);
-        assert_eq!((u(risky, "count"), u(risky, "abandoned")), (150, 50), "{mode}\n{}", summary(&run));
+        assert_eq!(
+            (u(risky, "count"), u(risky, "abandoned")),
+            (150, 50),
+            "{mode}\n{}",
+            summary(&run)
+        );
         assert_eq!(u(node(&run, &["write_record"]), "count"), 200, "{mode}");
     }
 }
@@ -191,7 +275,10 @@ fn cxx_library_loaded_after_attach_survives_exceptions_through_probed_frames() {
     let _g = bpf_lock();
     let dir = tempdir();
     let json = dir.path().join("run.json");
-    let mut driver = spawn_waiting(&fixture("cxx-driver"), &["--calls", "200", "--throw-every", "10"]);
+    let mut driver = spawn_waiting(
+        &fixture("cxx-driver"),
+        &["--calls", "200", "--throw-every", "10"],
+    );
     let pid = driver.id().to_string();
     let mut w = wprof()
         .args(["attach", "--target", "fixture-cxx", "--pid", &pid, "--json"])
@@ -201,20 +288,51 @@ fn cxx_library_loaded_after_attach_survives_exceptions_through_probed_frames() {
         .spawn()
         .expect("start wprof");
     wait_for_attached(&mut w);
-    driver.stdin.as_mut().expect("stdin").write_all(b"go\n").expect("go");
+    driver
+        .stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("go");
     let d = driver.wait_with_output().expect("driver");
     let stdout = String::from_utf8_lossy(&d.stdout);
-    assert!(d.status.success(), "the traced C++ program died: {:?}\n{stdout}\n{}", d.status, String::from_utf8_lossy(&d.stderr));
-    assert!(stdout.contains("cxx-fixture: calls=200 ok=180 exceptions=20"), "{stdout}");
+    assert!(
+        d.status.success(),
+        "the traced C++ program died: {:?}\n{stdout}\n{}",
+        d.status,
+        String::from_utf8_lossy(&d.stderr)
+    );
+    assert!(
+        stdout.contains("cxx-fixture: calls=200 ok=180 exceptions=20"),
+        "{stdout}"
+    );
     let o = w.wait_with_output().expect("wprof");
     assert!(o.status.success(), "{}", text(&o));
     let run = read_json(&json);
     let wb = node(&run, &["write_batch"]);
-    assert_eq!((u(wb, "count"), u(wb, "abandoned")), (180, 20), "{}", summary(&run));
+    assert_eq!(
+        (u(wb, "count"), u(wb, "abandoned")),
+        (180, 20),
+        "{}",
+        summary(&run)
+    );
     let enc = node(&run, &["write_batch", "encode_block"]);
-    assert_eq!((u(enc, "count"), u(enc, "abandoned")), (180, 20), "{}", summary(&run));
-    let modes: Vec<_> = run["phases"].as_array().unwrap().iter().map(|p| p["return_mode"].clone()).collect();
-    assert!(modes.iter().all(|m| m == "ret-sites"), "C++ phases must default to RET sites: {modes:?}");
+    assert_eq!(
+        (u(enc, "count"), u(enc, "abandoned")),
+        (180, 20),
+        "{}",
+        summary(&run)
+    );
+    let modes: Vec<_> = run["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["return_mode"].clone())
+        .collect();
+    assert!(
+        modes.iter().all(|m| m == "ret-sites"),
+        "C++ phases must default to RET sites: {modes:?}"
+    );
 }
 
 /// Reads wprof's stderr until its "attached" line.
@@ -246,18 +364,45 @@ fn a_tiny_ring_buffer_loses_events_visibly_and_the_tree_stays_consistent() {
     }
     let _g = bpf_lock();
     let dir = tempdir();
-    let zero = ["--write-us", "0", "--encode-us", "0", "--persist-us", "0", "--compress-us", "0", "--flush-us", "0", "--wal-us", "0", "--sync-us", "0"];
+    let zero = [
+        "--write-us",
+        "0",
+        "--encode-us",
+        "0",
+        "--persist-us",
+        "0",
+        "--compress-us",
+        "0",
+        "--flush-us",
+        "0",
+        "--wal-us",
+        "0",
+        "--sync-us",
+        "0",
+    ];
     let mut args = vec!["--iterations", "20000", "--threads", "2"];
     args.extend(zero);
     let (_, run) = record(dir.path(), &["--ring-size", "4K"], "writepath", &args);
     let lost = u(&run["counters"], "lost_spans");
-    assert!(lost > 0, "a 4 KiB ring did not overflow; the test proves nothing:\n{}", summary(&run));
+    assert!(
+        lost > 0,
+        "a 4 KiB ring did not overflow; the test proves nothing:\n{}",
+        summary(&run)
+    );
     let mut lost_rows = 0;
     for path in WRITE_PATH {
         let n = node(&run, path);
-        assert_eq!(u(n, "count") + u(n, "lost"), 40_000, "{path:?}\n{}", summary(&run));
+        assert_eq!(
+            u(n, "count") + u(n, "lost"),
+            40_000,
+            "{path:?}\n{}",
+            summary(&run)
+        );
         assert_eq!(u(n, "abandoned"), 0, "{path:?}");
         lost_rows += u(n, "lost");
     }
-    assert_eq!(lost_rows, lost, "every lost span is a counted row under its node");
+    assert_eq!(
+        lost_rows, lost,
+        "every lost span is a counted row under its node"
+    );
 }

@@ -28,7 +28,12 @@ struct NodeStats {
 
 impl Default for NodeStats {
     fn default() -> Self {
-        NodeStats { count: 0, total_ns: 0, self_ns: 0, hist: new_histogram() }
+        NodeStats {
+            count: 0,
+            total_ns: 0,
+            self_ns: 0,
+            hist: new_histogram(),
+        }
     }
 }
 
@@ -106,7 +111,11 @@ impl TreeNode {
     }
 
     /// Depth-first walk with the path of names from the root.
-    pub fn walk<'a>(&'a self, path: &mut Vec<&'a str>, f: &mut dyn FnMut(&[&'a str], &'a TreeNode)) {
+    pub fn walk<'a>(
+        &'a self,
+        path: &mut Vec<&'a str>,
+        f: &mut dyn FnMut(&[&'a str], &'a TreeNode),
+    ) {
         path.push(&self.name);
         f(path, self);
         for c in &self.children {
@@ -159,7 +168,13 @@ impl Aggregator {
     pub fn add(&mut self, ev: &Event) {
         self.events += 1;
         if ev.kind == EventKind::NodeDef as u32 {
-            self.defs.insert(ev.node, NodeDef { parent: ev.parent, phase: ev.phase });
+            self.defs.insert(
+                ev.node,
+                NodeDef {
+                    parent: ev.parent,
+                    phase: ev.phase,
+                },
+            );
         } else if ev.kind == EventKind::Span as u32 {
             let s = self.stats.entry(ev.node).or_default();
             s.count += 1;
@@ -175,8 +190,17 @@ impl Aggregator {
     }
 
     /// Builds the tree. `names[i]` and `roles[i]` describe phase id `i`.
-    pub fn finish(self, names: &[String], roles: &[Option<String>], end: &EndCounters) -> PhaseTree {
-        let Aggregator { defs, mut stats, events } = self;
+    pub fn finish(
+        self,
+        names: &[String],
+        roles: &[Option<String>],
+        end: &EndCounters,
+    ) -> PhaseTree {
+        let Aggregator {
+            defs,
+            mut stats,
+            events,
+        } = self;
         let mut children: NodeMap<Vec<u64>> = NodeMap::default();
         let mut roots = Vec::new();
         for (&node, def) in &defs {
@@ -191,11 +215,23 @@ impl Aggregator {
             .filter(|(n, _)| !defs.contains_key(n))
             .map(|(_, s)| s.count)
             .sum();
-        let build = Builder { defs: &defs, children: &children, names, roles, end };
-        let mut roots: Vec<TreeNode> =
-            roots.into_iter().map(|n| build.node(n, &mut stats)).collect();
+        let build = Builder {
+            defs: &defs,
+            children: &children,
+            names,
+            roles,
+            end,
+        };
+        let mut roots: Vec<TreeNode> = roots
+            .into_iter()
+            .map(|n| build.node(n, &mut stats))
+            .collect();
         sort_by_total(&mut roots);
-        PhaseTree { roots, orphan_spans, events }
+        PhaseTree {
+            roots,
+            orphan_spans,
+            events,
+        }
     }
 }
 
@@ -235,7 +271,11 @@ impl Builder<'_> {
 }
 
 fn sort_by_total(nodes: &mut [TreeNode]) {
-    nodes.sort_by(|a, b| b.total_ns.cmp(&a.total_ns).then_with(|| a.name.cmp(&b.name)));
+    nodes.sort_by(|a, b| {
+        b.total_ns
+            .cmp(&a.total_ns)
+            .then_with(|| a.name.cmp(&b.name))
+    });
 }
 
 #[cfg(test)]
@@ -243,7 +283,13 @@ mod tests {
     use super::*;
 
     fn def(node: u64, parent: u64, phase: u32) -> Event {
-        Event { kind: EventKind::NodeDef as u32, node, parent, phase, ..Event::default() }
+        Event {
+            kind: EventKind::NodeDef as u32,
+            node,
+            parent,
+            phase,
+            ..Event::default()
+        }
     }
     fn span(node: u64, phase: u32, dur: u64, child: u64) -> Event {
         Event {
@@ -268,12 +314,25 @@ mod tests {
             a.add(&span(10, 0, 200, 150));
         }
         let names = vec!["write".into(), "encode".into(), "wal".into()];
-        let t = a.finish(&names, &[None, None, Some("wal".into())], &EndCounters::default());
+        let t = a.finish(
+            &names,
+            &[None, None, Some("wal".into())],
+            &EndCounters::default(),
+        );
         assert_eq!(t.roots.len(), 1);
         let w = &t.roots[0];
         assert_eq!((w.count, w.total_ns, w.self_ns), (3, 600, 150));
-        assert_eq!(w.children.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["encode", "wal"]);
-        assert_eq!(t.find(&["write", "wal"]).unwrap().role.as_deref(), Some("wal"));
+        assert_eq!(
+            w.children
+                .iter()
+                .map(|c| c.name.as_str())
+                .collect::<Vec<_>>(),
+            ["encode", "wal"]
+        );
+        assert_eq!(
+            t.find(&["write", "wal"]).unwrap().role.as_deref(),
+            Some("wal")
+        );
         assert_eq!(t.find(&["write", "encode"]).unwrap().hist.len(), 3);
         assert_eq!(t.events, 12);
     }

@@ -9,7 +9,10 @@ const CAP_BPF: u32 = 39;
 /// The effective capability set of this process, from /proc/self/status.
 fn effective_caps() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+    let hex = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))?
+        .trim();
     u64::from_str_radix(hex, 16).ok()
 }
 

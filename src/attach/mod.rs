@@ -58,7 +58,10 @@ pub struct AttachSummary {
 pub fn ring_size(requested: u32) -> u32 {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
-    requested.max(page).checked_next_power_of_two().unwrap_or(1 << 31)
+    requested
+        .max(page)
+        .checked_next_power_of_two()
+        .unwrap_or(1 << 31)
 }
 
 impl Tracer {
@@ -69,7 +72,11 @@ impl Tracer {
             .map_max_entries("EVENTS", ring_size(opts.ring_bytes))
             .load(BPF_OBJECT)
             .context("load wprof's BPF programs (see `dmesg` and docs/troubleshooting)")?;
-        let mut tracer = Tracer { ebpf, links: 0, detached: false };
+        let mut tracer = Tracer {
+            ebpf,
+            links: 0,
+            detached: false,
+        };
         for name in [PROG_ENTRY, PROG_RET_SITE, PROG_URETPROBE] {
             tracer
                 .program(name)?
@@ -84,19 +91,29 @@ impl Tracer {
             .ebpf
             .program_mut(name)
             .with_context(|| format!("BPF object has no program {name}"))?;
-        prog.try_into().with_context(|| format!("BPF program {name} is not a uprobe"))
+        prog.try_into()
+            .with_context(|| format!("BPF program {name} is not a uprobe"))
     }
 
     /// Attaches every resolved phase in every pid. A pid that is gone gets a
     /// [`WprofError::NoProcess`] error.
     pub fn attach(&mut self, phases: &[ResolvedPhase], pids: &[u32]) -> Result<AttachSummary> {
         let mut summary = AttachSummary::default();
-        for rp in phases.iter().filter(|p| matches!(p.status, Status::Resolved)) {
+        for rp in phases
+            .iter()
+            .filter(|p| matches!(p.status, Status::Resolved))
+        {
             let uret = rp.return_mode == ReturnMode::Uretprobe;
             for t in &rp.targets {
-                let entry = [point(t.entry.file_offset, cookie(rp.id, SiteKind::Entry, uret))];
+                let entry = [point(
+                    t.entry.file_offset,
+                    cookie(rp.id, SiteKind::Entry, uret),
+                )];
                 let exits: Vec<UProbeAttachPoint<'static>> = if uret {
-                    vec![point(t.entry.file_offset, cookie(rp.id, SiteKind::Uretprobe, true))]
+                    vec![point(
+                        t.entry.file_offset,
+                        cookie(rp.id, SiteKind::Uretprobe, true),
+                    )]
                 } else {
                     t.exits
                         .iter()
@@ -108,7 +125,10 @@ impl Tracer {
                     let scope = UProbeScope::OneProcess(
                         NonZeroU32::new(pid).ok_or_else(|| WprofError::Usage("pid 0".into()))?,
                     );
-                    let what = format!("phase '{}' ({} in {})", rp.phase.name, t.symbol, t.display_object);
+                    let what = format!(
+                        "phase '{}' ({} in {})",
+                        rp.phase.name, t.symbol, t.display_object
+                    );
                     self.attach_points(PROG_ENTRY, entry.to_vec(), t, scope, pid, &what)?;
                     if !exits.is_empty() {
                         self.attach_points(exit_prog, exits.clone(), t, scope, pid, &what)?;
@@ -183,7 +203,9 @@ pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
             // The state follows the parenthesised command name, which may itself hold spaces.
-            let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next());
+            let state = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next());
             !matches!(state, Some("Z") | Some("X") | None)
         }
         Err(_) => false,

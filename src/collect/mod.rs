@@ -50,7 +50,10 @@ pub fn decode(bytes: &[u8]) -> Option<Event> {
 impl Collector {
     /// Takes the ring buffer out of the tracer.
     pub fn new(tracer: &mut Tracer) -> Result<Collector> {
-        let map = tracer.ebpf_mut().take_map("EVENTS").context("BPF object has no EVENTS map")?;
+        let map = tracer
+            .ebpf_mut()
+            .take_map("EVENTS")
+            .context("BPF object has no EVENTS map")?;
         let ring = RingBuf::try_from(map).context("EVENTS is not a ring buffer")?;
         Ok(Collector { ring })
     }
@@ -81,11 +84,14 @@ pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
     let global: PerCpuArray<_, u64> =
         PerCpuArray::try_from(ebpf.map("COUNTERS").context("no COUNTERS map")?)?;
     for i in 0..counter::COUNT {
-        end.global.push(global.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0));
+        end.global
+            .push(global.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0));
     }
 
-    let phases: PerCpuArray<_, PhaseCounters> =
-        PerCpuArray::try_from(ebpf.map("PHASE_COUNTERS").context("no PHASE_COUNTERS map")?)?;
+    let phases: PerCpuArray<_, PhaseCounters> = PerCpuArray::try_from(
+        ebpf.map("PHASE_COUNTERS")
+            .context("no PHASE_COUNTERS map")?,
+    )?;
     for i in 0..nphases as u32 {
         let mut sum = PhaseCounters::default();
         if let Ok(vals) = phases.get(&i, 0) {
@@ -122,7 +128,11 @@ pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
         let (pid, tid) = (key >> 32, key as u32);
         let alive = std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
             && crate::attach::process_alive(pid as u32);
-        let bucket = if alive { &mut end.nodes.open } else { &mut end.nodes.abandoned };
+        let bucket = if alive {
+            &mut end.nodes.open
+        } else {
+            &mut end.nodes.abandoned
+        };
         for f in st.frames.iter().take(st.len as usize) {
             *bucket.entry(f.node).or_default() += 1;
         }

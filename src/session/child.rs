@@ -25,24 +25,32 @@ pub fn find_executable(cmd: &str) -> Result<PathBuf> {
         Some(PathBuf::from(cmd)).filter(|p| is_executable(p))
     } else {
         std::env::var_os("PATH").and_then(|path| {
-            std::env::split_paths(&path).map(|d| d.join(cmd)).find(|p| is_executable(p))
+            std::env::split_paths(&path)
+                .map(|d| d.join(cmd))
+                .find(|p| is_executable(p))
         })
     };
     let exe = found.ok_or_else(|| {
-        WprofError::Usage(format!("command '{cmd}' not found or not executable (check $PATH)"))
+        WprofError::Usage(format!(
+            "command '{cmd}' not found or not executable (check $PATH)"
+        ))
     })?;
-    exe.canonicalize().with_context(|| format!("resolve {}", exe.display()))
+    exe.canonicalize()
+        .with_context(|| format!("resolve {}", exe.display()))
 }
 
 fn is_executable(p: &Path) -> bool {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p).map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0).unwrap_or(false)
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
 }
 
 impl GatedChild {
     /// Forks; the child blocks until [`GatedChild::release`], then execs `exe` with `argv`.
     pub fn spawn(exe: &Path, argv: &[String]) -> Result<GatedChild> {
-        let path = CString::new(exe.as_os_str().as_bytes()).context("command path has a NUL byte")?;
+        let path =
+            CString::new(exe.as_os_str().as_bytes()).context("command path has a NUL byte")?;
         let args: Vec<CString> = argv
             .iter()
             .map(|a| CString::new(a.as_bytes()))
@@ -80,7 +88,11 @@ impl GatedChild {
         }
         // SAFETY: closing our copy of the read end.
         unsafe { libc::close(rd) };
-        Ok(GatedChild { pid, gate: Some(wr), status: None })
+        Ok(GatedChild {
+            pid,
+            gate: Some(wr),
+            status: None,
+        })
     }
 
     /// The child's pid.

@@ -51,7 +51,10 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     eprintln!(
         "wprof: attached {} probes ({} phases) to pid {}; Ctrl-C to stop",
         summary.links,
-        phases.iter().filter(|p| matches!(p.status, Status::Resolved)).count(),
+        phases
+            .iter()
+            .filter(|p| matches!(p.status, Status::Resolved))
+            .count(),
         join(&a.pid)
     );
     let started = std::time::SystemTime::now();
@@ -80,7 +83,11 @@ pub fn record(r: RecordArgs) -> Result<i32> {
         }
     };
     if !r.trace.quiet {
-        eprintln!("wprof: {} probes live; starting {}", summary.links, r.command.join(" "));
+        eprintln!(
+            "wprof: {} probes live; starting {}",
+            summary.links,
+            r.command.join(" ")
+        );
     }
     let started = std::time::SystemTime::now();
     child.release()?;
@@ -98,35 +105,57 @@ pub fn record(r: RecordArgs) -> Result<i32> {
 /// Test hook: `WPROF_TEST_PAUSE_BEFORE_ATTACH_MS` holds attach back so the tests can make a
 /// target exit in the middle of it (the only way to hit that window deterministically).
 fn test_pause_before_attach() {
-    if let Some(ms) = std::env::var("WPROF_TEST_PAUSE_BEFORE_ATTACH_MS").ok().and_then(|v| v.parse().ok()) {
+    if let Some(ms) = std::env::var("WPROF_TEST_PAUSE_BEFORE_ATTACH_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
         std::thread::sleep(std::time::Duration::from_millis(ms));
     }
 }
 
 fn tracer_options(t: &TraceArgs) -> TracerOptions {
-    TracerOptions { ring_bytes: t.ring_size }
+    TracerOptions {
+        ring_bytes: t.ring_size,
+    }
 }
 
 /// Resolves the profile and fails with exit 4 when a required phase does not resolve;
 /// optional ones are warnings.
-pub fn resolve_checked(profile: &Profile, scope: Scope, t: &TraceArgs) -> Result<Vec<ResolvedPhase>> {
-    let mut phases = resolve::resolve_profile(&override_returns(profile, t.return_mode.map(Into::into)), &scope)?;
+pub fn resolve_checked(
+    profile: &Profile,
+    scope: Scope,
+    t: &TraceArgs,
+) -> Result<Vec<ResolvedPhase>> {
+    let mut phases = resolve::resolve_profile(
+        &override_returns(profile, t.return_mode.map(Into::into)),
+        &scope,
+    )?;
     if let Some(err) = resolve::unresolved_required(&phases) {
         return Err(err.into());
     }
     for p in &phases {
         match &p.status {
             Status::Unresolved { reason, .. } => {
-                eprintln!("wprof: warning: optional phase '{}' not attached: {reason}", p.phase.name)
+                eprintln!(
+                    "wprof: warning: optional phase '{}' not attached: {reason}",
+                    p.phase.name
+                )
             }
             Status::Unsupported(why) => {
-                eprintln!("wprof: warning: phase '{}' not attached: {why}", p.phase.name)
+                eprintln!(
+                    "wprof: warning: phase '{}' not attached: {why}",
+                    p.phase.name
+                )
             }
             Status::Resolved => {}
         }
     }
     if !phases.iter().any(|p| matches!(p.status, Status::Resolved)) {
-        return Err(WprofError::Unresolved(format!("no phase of profile '{}' resolved", profile.name)).into());
+        return Err(WprofError::Unresolved(format!(
+            "no phase of profile '{}' resolved",
+            profile.name
+        ))
+        .into());
     }
     phases.sort_by_key(|p| p.id);
     Ok(phases)
@@ -180,12 +209,19 @@ fn build_run(
         let pc = end.phases.get(rp.id as usize).copied().unwrap_or_default();
         let first = rp.targets.first();
         let attached = matches!(rp.status, Status::Resolved);
-        let pair = if attached { probe_cost::pair_ns(rp) } else { 0.0 };
+        let pair = if attached {
+            probe_cost::pair_ns(rp)
+        } else {
+            0.0
+        };
         hits += pc.entries + pc.returns;
         if let Some(t) = first {
             let entry_hit = probe_cost::hit_ns(t.entry.cost);
             added_ns += pc.entries as f64 * entry_hit + pc.returns as f64 * (pair - entry_hit);
-            let o = ObjectInfo { path: t.display_object.clone(), build_id: t.build_id.clone() };
+            let o = ObjectInfo {
+                path: t.display_object.clone(),
+                build_id: t.build_id.clone(),
+            };
             if !objects.contains(&o) {
                 objects.push(o);
             }
@@ -196,10 +232,20 @@ fn build_run(
             role: rp.phase.role.clone(),
             object: first.map(|t| t.display_object.clone()).unwrap_or_default(),
             symbols: rp.targets.iter().map(|t| t.symbol.clone()).collect(),
-            return_mode: if attached { rp.return_mode.as_str().to_string() } else { "-".into() },
-            entry_cost: first.map(|t| probe_cost::class_name(t.entry.cost).to_string()).unwrap_or_default(),
+            return_mode: if attached {
+                rp.return_mode.as_str().to_string()
+            } else {
+                "-".into()
+            },
+            entry_cost: first
+                .map(|t| probe_cost::class_name(t.entry.cost).to_string())
+                .unwrap_or_default(),
             exit_sites: rp.targets.iter().map(|t| t.exits.len() as u32).sum(),
-            status: if attached { "attached".into() } else { status_text(&rp.status) },
+            status: if attached {
+                "attached".into()
+            } else {
+                status_text(&rp.status)
+            },
             entries: pc.entries,
             returns: pc.returns,
             unmatched_returns: pc.unmatched_returns,
@@ -218,7 +264,10 @@ fn build_run(
         overflow: end.counter(counter::OVERFLOW),
         no_stack: end.counter(counter::NO_STACK),
     };
-    let started_unix = started.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let started_unix = started
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let provenance = Provenance {
         wprof_version: env!("CARGO_PKG_VERSION").to_string(),
         host: read_trim("/proc/sys/kernel/hostname"),
@@ -237,7 +286,11 @@ fn build_run(
         provenance,
         phases: infos,
         counters,
-        probe_cost: ProbeCost { model: probe_cost::MODEL.to_string(), hits, added_ns },
+        probe_cost: ProbeCost {
+            model: probe_cost::MODEL.to_string(),
+            hits,
+            added_ns,
+        },
         tree,
     }
 }
@@ -252,9 +305,14 @@ pub fn status_text(s: &Status) -> String {
 }
 
 fn read_trim(path: &str) -> String {
-    std::fs::read_to_string(path).map(|s| s.trim().to_string()).unwrap_or_default()
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 fn join(pids: &[u32]) -> String {
-    pids.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+    pids.iter()
+        .map(|p| p.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

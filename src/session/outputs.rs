@@ -20,7 +20,8 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
     }
     let mut jobs: Vec<(std::path::PathBuf, Kind)> = Vec::new();
     if let Some(dir) = &out.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("create output directory {}", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("create output directory {}", dir.display()))?;
         jobs.push((dir.join("run.json"), Kind::Json));
         jobs.push((dir.join("tree.txt"), Kind::Tree));
         jobs.push((dir.join("phases.folded"), Kind::Folded));
@@ -65,7 +66,9 @@ pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
             serde_json::to_writer_pretty(&mut *w, &render::to_json(run))?;
             writeln!(w)?;
         }
-        Kind::Tree => w.write_all(render::render_tree(run, &render::TextOptions::default()).as_bytes())?,
+        Kind::Tree => {
+            w.write_all(render::render_tree(run, &render::TextOptions::default()).as_bytes())?
+        }
         Kind::Folded => w.write_all(render::folded(&run.tree).as_bytes())?,
         Kind::Svg => {
             let title = format!("wprof: {} phases (wall time)", run.provenance.profile_name);
@@ -84,5 +87,6 @@ fn write_one(run: &Run, text: &str, path: &Path, kind: Kind) -> Result<()> {
         Kind::Tree => w.write_all(text.as_bytes())?,
         _ => render_to(run, kind, &mut w)?,
     }
-    w.flush().with_context(|| format!("write {}", path.display()))
+    w.flush()
+        .with_context(|| format!("write {}", path.display()))
 }

@@ -57,7 +57,14 @@ impl Watch {
         // Registration only fails for signals that cannot be caught; these two can.
         let _ = signal_hook::flag::register(signal_hook::consts::SIGINT, sigint.clone());
         let _ = signal_hook::flag::register(signal_hook::consts::SIGTERM, sigterm.clone());
-        Watch { pids, child, deadline: duration.map(|d| Instant::now() + d), sigint, sigterm, reason: None }
+        Watch {
+            pids,
+            child,
+            deadline: duration.map(|d| Instant::now() + d),
+            sigint,
+            sigterm,
+            reason: None,
+        }
     }
 
     /// Watches running processes.
@@ -93,7 +100,9 @@ impl Watch {
     /// After the loop: for `record`, passes a stop signal on to the child and waits for it;
     /// returns the exit code wprof should end with (the child's, or 0 for `attach`).
     pub fn finish(mut self) -> Result<i32> {
-        let Some(mut child) = self.child.take() else { return Ok(0) };
+        let Some(mut child) = self.child.take() else {
+            return Ok(0);
+        };
         match self.reason {
             Some(EndReason::Terminated) => child.signal(libc::SIGTERM),
             // A terminal's Ctrl-C reached the child too; a SIGINT sent to wprof alone did not.
@@ -105,12 +114,21 @@ impl Watch {
 }
 
 /// Reads events into `agg` until `watch` says the run is over.
-pub fn run(collector: &mut Collector, agg: &mut Aggregator, watch: &mut Watch, progress: bool) -> Result<EndReason> {
+pub fn run(
+    collector: &mut Collector,
+    agg: &mut Aggregator,
+    watch: &mut Watch,
+    progress: bool,
+) -> Result<EndReason> {
     let progress = progress && std::io::stderr().is_terminal();
     let start = Instant::now();
     let mut last_progress = start;
     let reason = loop {
-        let mut pfd = libc::pollfd { fd: collector.fd(), events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: collector.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd; EINTR (a signal) just ends this wait early.
         unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
         collector.drain(|e| agg.add(e));
@@ -119,7 +137,11 @@ pub fn run(collector: &mut Collector, agg: &mut Aggregator, watch: &mut Watch, p
         }
         if progress && last_progress.elapsed() >= Duration::from_secs(1) {
             last_progress = Instant::now();
-            eprint!("\r\x1b[Kwprof: {:.0} s  events {}", start.elapsed().as_secs_f64(), agg.events());
+            eprint!(
+                "\r\x1b[Kwprof: {:.0} s  events {}",
+                start.elapsed().as_secs_f64(),
+                agg.events()
+            );
             let _ = std::io::stderr().flush();
         }
     };

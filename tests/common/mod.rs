@@ -17,8 +17,16 @@ pub fn fixtures() -> &'static Path {
     DIR.get_or_init(|| {
         let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("fixtures");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/build.sh");
-        let out = Command::new("bash").arg(&script).arg(&dir).output().expect("run build.sh");
-        assert!(out.status.success(), "fixture build failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("bash")
+            .arg(&script)
+            .arg(&dir)
+            .output()
+            .expect("run build.sh");
+        assert!(
+            out.status.success(),
+            "fixture build failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         dir
     })
 }
@@ -34,7 +42,11 @@ pub fn fixture(name: &str) -> PathBuf {
 pub fn bpf_available() -> bool {
     let caps = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find_map(|l| l.strip_prefix("CapEff:")).map(|h| h.trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .map(|h| h.trim().to_string())
+        })
         .and_then(|h| u64::from_str_radix(&h, 16).ok())
         .unwrap_or(0);
     let ok = caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0);
@@ -58,7 +70,8 @@ pub fn bpf_lock() -> MutexGuard<'static, ()> {
 /// Runs a command to completion and returns its output, panicking with the command line if
 /// it cannot be started.
 pub fn run(cmd: &mut Command) -> Output {
-    cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
+    cmd.output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"))
 }
 
 /// The text of stdout and stderr, for assertion messages.
@@ -78,7 +91,8 @@ pub fn tempdir() -> tempfile::TempDir {
 
 /// Reads a run JSON.
 pub fn read_json(path: &Path) -> serde_json::Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     wprof::render::parse_deep(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
 }
 
@@ -99,7 +113,9 @@ pub fn node<'a>(run: &'a serde_json::Value, path: &[&str]) -> &'a serde_json::Va
 
 /// A node's integer field.
 pub fn u(n: &serde_json::Value, field: &str) -> u64 {
-    n[field].as_u64().unwrap_or_else(|| panic!("no integer {field} in {n}"))
+    n[field]
+        .as_u64()
+        .unwrap_or_else(|| panic!("no integer {field} in {n}"))
 }
 
 /// One line per node: path, count, mean — for failure messages.
@@ -136,7 +152,10 @@ pub fn spawn_waiting(program: &Path, args: &[&str]) -> Child {
     let mut reader = std::io::BufReader::new(stdout);
     let mut line = String::new();
     reader.read_line(&mut line).expect("read ready line");
-    assert!(line.starts_with("ready"), "fixture printed {line:?} instead of ready");
+    assert!(
+        line.starts_with("ready"),
+        "fixture printed {line:?} instead of ready"
+    );
     child.stdout = Some(reader.into_inner());
     child
 }
@@ -144,7 +163,11 @@ pub fn spawn_waiting(program: &Path, args: &[&str]) -> Child {
 /// Whether any BPF program of wprof is loaded on the host.
 pub fn wprof_programs_loaded() -> Vec<String> {
     let out = run(Command::new("bpftool").args(["-j", "prog", "list"]));
-    assert!(out.status.success(), "bpftool prog list failed: {}", text(&out));
+    assert!(
+        out.status.success(),
+        "bpftool prog list failed: {}",
+        text(&out)
+    );
     let progs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
     progs
         .as_array()

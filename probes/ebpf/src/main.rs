@@ -27,8 +27,8 @@ use aya_ebpf::{
     EbpfContext,
 };
 use wprof_common::{
-    counter, Event, EventKind, NodeCounters, PhaseCounters, ThreadStack,
-    COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES, MAX_PHASES, MAX_THREADS,
+    counter, Event, EventKind, NodeCounters, PhaseCounters, ThreadStack, COOKIE_URETPROBE_BIT,
+    DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES, MAX_PHASES, MAX_THREADS,
 };
 
 /// Open phases per thread, keyed by pid_tgid. Allocated on a thread's first entry and freed when
@@ -127,7 +127,9 @@ fn bump(index: u32) {
 #[inline(always)]
 fn phase_counters(phase: u32) -> Option<&'static mut PhaseCounters> {
     // SAFETY: per-CPU value, exclusively ours for the duration of this program.
-    PHASE_COUNTERS.get_ptr_mut(phase).map(|p| unsafe { &mut *p })
+    PHASE_COUNTERS
+        .get_ptr_mut(phase)
+        .map(|p| unsafe { &mut *p })
 }
 
 /// Mixes a parent path hash and a phase id into the child's path hash (splitmix64 finaliser).
