@@ -26,11 +26,12 @@ if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q
   $SUDO pg_ctlcluster 15 main stop || true
 fi
 
+CARGO_BIN=${CARGO_HOME:-$HOME/.cargo}/bin
+export PATH=$CARGO_BIN:$PATH
 if ! command -v rustup >/dev/null; then
   log "rustup"
   curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --default-toolchain none
 fi
-export PATH=$HOME/.cargo/bin:$PATH
 if ! rustup run "$TC" rustc --version >/dev/null 2>&1 || \
    ! [ -d "$(rustc +$TC --print sysroot)/lib/rustlib/src/rust/library" ]; then
   log "rust $TC + rust-src"
@@ -45,7 +46,7 @@ P=$HOME/.local/bpf-llvm
 mkdir -p "$P/lib"
 ln -sf "$S/$L" "$P/lib/libLLVM.so"
 ln -sf "$S/$L" "$P/lib/$L"
-if ! bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
+if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
   log "bpf-linker $BPF_LINKER_VERSION"
   LLVM_PREFIX=$P cargo +$TC install bpf-linker --version "$BPF_LINKER_VERSION" --locked --quiet
 fi

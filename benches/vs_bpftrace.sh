@@ -12,7 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 ROUNDS=${2:-3}
-export PATH=$HOME/.cargo/bin:$PATH
+export PATH=${CARGO_HOME:-$HOME/.cargo}/bin:$PATH
 cargo build --release --quiet
 FX=target/bench-fixtures
 bash tests/fixtures/build.sh "$FX"

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./.ci/install.sh
-export PATH=$HOME/.cargo/bin:$PATH
+export PATH=${CARGO_HOME:-$HOME/.cargo}/bin:$PATH
 cargo build --release --quiet
 out=${WPROF_DEMO_OUT:-target/demo}
 mkdir -p "$out"

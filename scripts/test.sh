@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./.ci/install.sh
-export PATH=$HOME/.cargo/bin:$PATH
+export PATH=${CARGO_HOME:-$HOME/.cargo}/bin:$PATH
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 cargo test --release -- --test-threads=2
