@@ -10,11 +10,13 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
-fn assert_no_wprof_programs() {
+/// Checks that nothing of wprof is loaded: no program, and no link to the programs it had
+/// (`seen`, taken while it ran).
+fn assert_nothing_left(seen: &[u64]) {
     // Program teardown after the last fd closes is asynchronous (RCU): allow it a moment.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let left = wprof_programs_loaded();
+        let left = wprof_leftovers(seen);
         if left.is_empty() {
             return;
         }
@@ -104,13 +106,23 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
         .arg(fixture("writepath"))
         .args(["--iterations", "50"]));
     assert!(out.status.success(), "{}", text(&out));
-    assert_no_wprof_programs();
+    assert_nothing_left(&[]);
 
     // 2 and 3. Ctrl-C and SIGTERM end an attach cleanly, with every output written.
     for sig in ["INT", "TERM"] {
         let fx = spawn_waiting(&fixture("writepath"), &fx_args);
         let json = dir.path().join(format!("{sig}.json"));
         let w = start_attach(fx.id(), &json);
+        let seen = wprof_program_ids();
+        assert_eq!(
+            seen.len(),
+            3,
+            "wprof should have its 3 programs loaded while attached"
+        );
+        assert!(
+            wprof_leftovers(&seen).iter().any(|l| l.starts_with("link")),
+            "bpftool shows no link of wprof while attached: the leftover check would prove nothing"
+        );
         signal(w.id(), sig);
         let o = w.wait_with_output().expect("wprof");
         assert!(o.status.success(), "SIG{sig}: {}", text(&o));
@@ -118,7 +130,7 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
             .as_str()
             .unwrap_or("")
             .contains(if sig == "INT" { "SIGINT" } else { "SIGTERM" }));
-        assert_no_wprof_programs();
+        assert_nothing_left(&seen);
         finish_unharmed(fx);
     }
 
@@ -126,6 +138,7 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
     let mut fx = spawn_waiting(&fixture("writepath"), &["--wait", "--iterations", "100000"]);
     let json = dir.path().join("kill-target.json");
     let w = start_attach(fx.id(), &json);
+    let seen = wprof_program_ids();
     fx.stdin
         .as_mut()
         .expect("stdin")
@@ -146,15 +159,16 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
         "{}",
         summary(&run_json)
     );
-    assert_no_wprof_programs();
+    assert_nothing_left(&seen);
 
     // 5. wprof itself is SIGKILLed mid-run: the kernel drops its probes with its fds and the
     //    target runs on unharmed.
     let fx = spawn_waiting(&fixture("writepath"), &fx_args);
     let mut w = start_attach(fx.id(), &dir.path().join("never.json"));
+    let seen = wprof_program_ids();
     w.kill().expect("kill wprof");
     let _ = w.wait();
-    assert_no_wprof_programs();
+    assert_nothing_left(&seen);
     finish_unharmed(fx);
 }
 
@@ -295,7 +309,7 @@ fn a_pid_that_exits_during_attach_is_an_error_not_an_empty_run() {
         "{}",
         text(&o)
     );
-    assert_no_wprof_programs();
+    assert_nothing_left(&[]);
 }
 
 #[test]

@@ -160,21 +160,39 @@ pub fn spawn_waiting(program: &Path, args: &[&str]) -> Child {
     child
 }
 
-/// Whether any BPF program of wprof is loaded on the host.
-pub fn wprof_programs_loaded() -> Vec<String> {
-    let out = run(Command::new("bpftool").args(["-j", "prog", "list"]));
+fn bpftool(what: &str) -> Vec<serde_json::Value> {
+    let out = run(Command::new("bpftool").args(["-j", what, "list"]));
     assert!(
         out.status.success(),
-        "bpftool prog list failed: {}",
+        "bpftool {what} list failed: {}",
         text(&out)
     );
-    let progs: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
-    progs
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| p["name"].as_str())
-        .filter(|n| n.starts_with("wprof_"))
-        .map(str::to_string)
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("bpftool json");
+    v.as_array().cloned().unwrap_or_default()
+}
+
+/// Ids of the wprof BPF programs loaded on the host.
+pub fn wprof_program_ids() -> Vec<u64> {
+    bpftool("prog")
+        .iter()
+        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("wprof_")))
+        .filter_map(|p| p["id"].as_u64())
         .collect()
+}
+
+/// What of wprof is still loaded: its programs, and any link pointing at one of `prog_ids`.
+pub fn wprof_leftovers(prog_ids: &[u64]) -> Vec<String> {
+    let mut left: Vec<String> = wprof_program_ids()
+        .iter()
+        .map(|id| format!("prog {id}"))
+        .collect();
+    for l in bpftool("link") {
+        if l["prog_id"]
+            .as_u64()
+            .is_some_and(|id| prog_ids.contains(&id))
+        {
+            left.push(format!("link {} -> prog {}", l["id"], l["prog_id"]));
+        }
+    }
+    left
 }
