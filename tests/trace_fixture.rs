@@ -201,6 +201,32 @@ fn four_threads_give_the_same_shape_with_counts_summed() {
     assert_shape(&run, 400);
 }
 
+#[test]
+fn per_point_links_of_older_kernels_give_the_same_tree() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let out = common::run(
+        wprof()
+            .env("WPROF_PER_POINT_LINKS", "1")
+            .args(["record", "--target", "fixture", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(fixture("writepath"))
+            .args(["--iterations", "100", "--threads", "2"]),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(18 links)"),
+        "one link per point expected: {stderr}"
+    );
+    assert_shape(&read_json(&json), 200);
+}
+
 fn recursion_chain(run: &serde_json::Value) -> Vec<(u64, u64)> {
     let mut n = node(run, &["write_record"]);
     let mut levels = Vec::new();

@@ -24,14 +24,39 @@ pub use capabilities::check_capabilities;
 
 use crate::error::WprofError;
 use crate::profile::ReturnMode;
-use crate::resolve::{ResolvedPhase, Status};
+use crate::resolve::{ResolvedPhase, ResolvedSymbol, Status};
 
 /// The eBPF object built from probes/ebpf by build.rs.
 static BPF_OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wprof-ebpf"));
 
-const PROG_ENTRY: &str = "wprof_entry";
-const PROG_RET_SITE: &str = "wprof_ret_site";
-const PROG_URETPROBE: &str = "wprof_uretprobe";
+/// The three programs of one attach mechanism: entry, RET site, uretprobe.
+#[derive(Debug, Clone, Copy)]
+struct ProgramSet {
+    entry: &'static str,
+    ret_site: &'static str,
+    uretprobe: &'static str,
+}
+
+impl ProgramSet {
+    fn all(&self) -> [&'static str; 3] {
+        [self.entry, self.ret_site, self.uretprobe]
+    }
+}
+
+/// One perf link per probe point: works on every kernel with uprobes.
+const PER_POINT: ProgramSet = ProgramSet {
+    entry: "wprof_entry",
+    ret_site: "wprof_ret",
+    uretprobe: "wprof_uret",
+};
+
+/// One uprobe_multi link per (program, object, pid): 6.6+; detaching costs one RCU grace period
+/// instead of ~100 ms per point.
+const MULTI: ProgramSet = ProgramSet {
+    entry: "wprof_m_entry",
+    ret_site: "wprof_m_ret",
+    uretprobe: "wprof_m_uret",
+};
 
 /// Options for loading the BPF side.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +68,7 @@ pub struct TracerOptions {
 /// The loaded BPF programs and maps, and every probe attached through them.
 pub struct Tracer {
     ebpf: Ebpf,
+    progs: ProgramSet,
     links: usize,
     detached: bool,
 }
@@ -50,7 +76,9 @@ pub struct Tracer {
 /// What an attach did.
 #[derive(Debug, Clone, Default)]
 pub struct AttachSummary {
-    /// Probe links created (entry + exit sites, per pid).
+    /// Probe points attached (entry and exit sites, per pid).
+    pub points: usize,
+    /// Kernel links created for them.
     pub links: usize,
 }
 
@@ -71,13 +99,23 @@ impl Tracer {
         let ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_size(opts.ring_bytes))
             .load(BPF_OBJECT)
-            .context("load wprof's BPF programs (see `dmesg` and docs/troubleshooting)")?;
+            .context("load wprof's BPF programs (does this kernel have BPF and uprobes?)")?;
+        // A multi link filtered on a pid must cover every thread of the process (6.6+ does).
+        // WPROF_PER_POINT_LINKS=1 forces the older mechanism (tests, kernel comparisons).
+        let forced = std::env::var("WPROF_PER_POINT_LINKS").is_ok_and(|v| v == "1");
+        let multi = !forced
+            && aya::sys::is_uprobe_multi_supported(
+                aya::sys::UProbeMultiFeature::ProcessScopedPidFilter,
+            )
+            .unwrap_or(false);
+        let progs = if multi { MULTI } else { PER_POINT };
         let mut tracer = Tracer {
             ebpf,
+            progs,
             links: 0,
             detached: false,
         };
-        for name in [PROG_ENTRY, PROG_RET_SITE, PROG_URETPROBE] {
+        for name in progs.all() {
             tracer
                 .program(name)?
                 .load()
@@ -95,46 +133,64 @@ impl Tracer {
             .with_context(|| format!("BPF program {name} is not a uprobe"))
     }
 
-    /// Attaches every resolved phase in every pid. A pid that is gone gets a
-    /// [`WprofError::NoProcess`] error.
+    /// Attaches every resolved phase in every pid: the points of one program in one object and
+    /// pid go in one attach call. A pid that is gone gets a [`WprofError::NoProcess`] error.
     pub fn attach(&mut self, phases: &[ResolvedPhase], pids: &[u32]) -> Result<AttachSummary> {
         let mut summary = AttachSummary::default();
+        // (program, object) -> points, in phase order.
+        let mut plan: Vec<(
+            &'static str,
+            &ResolvedSymbol,
+            Vec<UProbeAttachPoint<'static>>,
+        )> = Vec::new();
         for rp in phases
             .iter()
             .filter(|p| matches!(p.status, Status::Resolved))
         {
             let uret = rp.return_mode == ReturnMode::Uretprobe;
             for t in &rp.targets {
-                let entry = [point(
-                    t.entry.file_offset,
-                    cookie(rp.id, SiteKind::Entry, uret),
-                )];
-                let exits: Vec<UProbeAttachPoint<'static>> = if uret {
-                    vec![point(
-                        t.entry.file_offset,
-                        cookie(rp.id, SiteKind::Uretprobe, true),
-                    )]
-                } else {
-                    t.exits
-                        .iter()
-                        .map(|s| point(s.file_offset, cookie(rp.id, SiteKind::RetSite, false)))
-                        .collect()
+                let mut push = |prog: &'static str, p: UProbeAttachPoint<'static>| match plan
+                    .iter_mut()
+                    .find(|(g, o, _)| *g == prog && o.object == t.object)
+                {
+                    Some((_, _, pts)) => pts.push(p),
+                    None => plan.push((prog, t, vec![p])),
                 };
-                let exit_prog = if uret { PROG_URETPROBE } else { PROG_RET_SITE };
-                for &pid in pids {
-                    let scope = UProbeScope::OneProcess(
-                        NonZeroU32::new(pid).ok_or_else(|| WprofError::Usage("pid 0".into()))?,
+                push(
+                    self.progs.entry,
+                    point(t.entry.file_offset, cookie(rp.id, SiteKind::Entry, uret)),
+                );
+                if uret {
+                    push(
+                        self.progs.uretprobe,
+                        point(
+                            t.entry.file_offset,
+                            cookie(rp.id, SiteKind::Uretprobe, true),
+                        ),
                     );
-                    let what = format!(
-                        "phase '{}' ({} in {})",
-                        rp.phase.name, t.symbol, t.display_object
-                    );
-                    self.attach_points(PROG_ENTRY, entry.to_vec(), t, scope, pid, &what)?;
-                    if !exits.is_empty() {
-                        self.attach_points(exit_prog, exits.clone(), t, scope, pid, &what)?;
+                } else {
+                    for s in &t.exits {
+                        push(
+                            self.progs.ret_site,
+                            point(s.file_offset, cookie(rp.id, SiteKind::RetSite, false)),
+                        );
                     }
-                    summary.links += 1 + exits.len();
                 }
+            }
+        }
+        for &pid in pids {
+            let scope = UProbeScope::OneProcess(
+                NonZeroU32::new(pid).ok_or_else(|| WprofError::Usage("pid 0".into()))?,
+            );
+            for (prog, target, points) in &plan {
+                let what = format!("{} probe points in {}", points.len(), target.display_object);
+                self.attach_points(prog, points.clone(), target, scope, pid, &what)?;
+                summary.points += points.len();
+                summary.links += if self.uses_multi_links() {
+                    1
+                } else {
+                    points.len()
+                };
             }
         }
         self.links += summary.links;
@@ -145,7 +201,7 @@ impl Tracer {
         &mut self,
         prog: &str,
         points: Vec<UProbeAttachPoint<'static>>,
-        target: &crate::resolve::ResolvedSymbol,
+        target: &ResolvedSymbol,
         scope: UProbeScope,
         pid: u32,
         what: &str,
@@ -166,7 +222,7 @@ impl Tracer {
         if self.detached {
             return;
         }
-        for name in [PROG_ENTRY, PROG_RET_SITE, PROG_URETPROBE] {
+        for name in self.progs.all() {
             if let Ok(p) = self.program(name) {
                 let _ = p.unload();
             }
@@ -174,9 +230,14 @@ impl Tracer {
         self.detached = true;
     }
 
-    /// Probe links attached so far.
+    /// Kernel links attached so far.
     pub fn links(&self) -> usize {
         self.links
+    }
+
+    /// Whether probes go through uprobe_multi links (one per program, object and pid).
+    pub fn uses_multi_links(&self) -> bool {
+        self.progs.entry == MULTI.entry
     }
 
     /// The BPF object, for collect to take its maps.

@@ -49,7 +49,8 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         .into());
     }
     eprintln!(
-        "wprof: attached {} probes ({} phases) to pid {}; Ctrl-C to stop",
+        "wprof: attached {} probe points ({} links, {} phases) to pid {}; Ctrl-C to stop",
+        summary.points,
         summary.links,
         phases
             .iter()
@@ -84,7 +85,8 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     };
     if !r.trace.quiet {
         eprintln!(
-            "wprof: {} probes live; starting {}",
+            "wprof: {} probe points live ({} links); starting {}",
+            summary.points,
             summary.links,
             r.command.join(" ")
         );

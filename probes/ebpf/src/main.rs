@@ -76,31 +76,70 @@ fn slot(i: usize) -> usize {
     unsafe { core::ptr::read_volatile(&i) & DEPTH_MASK }
 }
 
+// Each program exists twice: once for per-point perf links (any kernel with uprobes) and once
+// for uprobe_multi links (6.6+), which attach every point of an object in one link and, more
+// to the point, detach them with one RCU grace period instead of ~100 ms per point. Userspace
+// loads the set the kernel supports.
+
 /// Entry of a phase.
 #[uprobe]
 pub fn wprof_entry(ctx: ProbeContext) -> u32 {
-    // SAFETY: `regs` is the pt_regs the kernel passed to this program.
-    let sp = unsafe { (*ctx.regs).rsp };
-    let _ = on_entry(&ctx, sp);
-    0
+    entry(&ctx)
+}
+
+/// Entry of a phase (uprobe_multi link).
+#[uprobe(multi)]
+pub fn wprof_m_entry(ctx: ProbeContext) -> u32 {
+    entry(&ctx)
 }
 
 /// A RET (or tail-call JMP) site of a phase: the stack pointer is the entry's.
 #[uprobe]
-pub fn wprof_ret_site(ctx: ProbeContext) -> u32 {
-    // SAFETY: as in wprof_entry.
+pub fn wprof_ret(ctx: ProbeContext) -> u32 {
+    ret_site(&ctx)
+}
+
+/// A RET site (uprobe_multi link).
+#[uprobe(multi)]
+pub fn wprof_m_ret(ctx: ProbeContext) -> u32 {
+    ret_site(&ctx)
+}
+
+/// A uretprobe of a phase.
+#[uretprobe]
+pub fn wprof_uret(ctx: RetProbeContext) -> u32 {
+    uretprobe(&ctx)
+}
+
+/// A uretprobe of a phase (uprobe_multi link).
+#[uretprobe(multi)]
+pub fn wprof_m_uret(ctx: RetProbeContext) -> u32 {
+    uretprobe(&ctx)
+}
+
+#[inline(always)]
+fn entry(ctx: &ProbeContext) -> u32 {
+    // SAFETY: `regs` is the pt_regs the kernel passed to this program.
     let sp = unsafe { (*ctx.regs).rsp };
-    let _ = on_return(&ctx, sp);
+    let _ = on_entry(ctx, sp);
     0
 }
 
-/// A uretprobe of a phase: it fires after RET popped the return address, so the entry's stack
-/// pointer was 8 bytes lower.
-#[uretprobe]
-pub fn wprof_uretprobe(ctx: RetProbeContext) -> u32 {
-    // SAFETY: as in wprof_entry.
+#[inline(always)]
+fn ret_site(ctx: &ProbeContext) -> u32 {
+    // SAFETY: as in entry.
     let sp = unsafe { (*ctx.regs).rsp };
-    let _ = on_return(&ctx, sp.wrapping_sub(8));
+    let _ = on_return(ctx, sp);
+    0
+}
+
+/// A uretprobe fires after RET popped the return address, so the entry's stack pointer was 8
+/// bytes lower.
+#[inline(always)]
+fn uretprobe(ctx: &RetProbeContext) -> u32 {
+    // SAFETY: as in entry.
+    let sp = unsafe { (*ctx.regs).rsp };
+    let _ = on_return(ctx, sp.wrapping_sub(8));
     0
 }
 
