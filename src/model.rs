@@ -20,7 +20,7 @@ pub struct Provenance {
     pub kernel: String,
     /// Start time, seconds since the epoch.
     pub started_unix: u64,
-    /// Wall time of the run, seconds.
+    /// Wall time probes were live and events read (attach/detach excluded), seconds.
     pub duration_s: f64,
     /// Traced pids.
     pub pids: Vec<u32>,

@@ -60,8 +60,8 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     );
     let started = std::time::SystemTime::now();
     let mut watch = Watch::pids(a.pid.clone(), a.trace.duration);
-    let (agg, end, reason) = run(&mut tracer, &phases, &mut watch, a.trace.quiet)?;
-    let mut run = build_run(&profile, &phases, agg, &end, started, reason);
+    let (agg, end, reason, traced) = run(&mut tracer, &phases, &mut watch, a.trace.quiet)?;
+    let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
     run.provenance.pids = a.pid.clone();
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
     Ok(0)
@@ -95,9 +95,9 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     child.release()?;
     let pid = child.pid();
     let mut watch = Watch::child(child, r.trace.duration);
-    let (agg, end, reason) = run(&mut tracer, &phases, &mut watch, r.trace.quiet)?;
+    let (agg, end, reason, traced) = run(&mut tracer, &phases, &mut watch, r.trace.quiet)?;
     let status = watch.finish()?;
-    let mut run = build_run(&profile, &phases, agg, &end, started, reason);
+    let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
     run.provenance.pids = vec![pid];
     run.provenance.command = Some(r.command.clone());
     write_outputs(&run, &r.outputs, r.trace.quiet)?;
@@ -179,14 +179,16 @@ fn run(
     phases: &[ResolvedPhase],
     watch: &mut Watch,
     quiet: bool,
-) -> Result<(Aggregator, EndState, EndReason)> {
+) -> Result<(Aggregator, EndState, EndReason, std::time::Duration)> {
     let mut collector = Collector::new(tracer)?;
     let mut agg = Aggregator::new();
+    let t0 = std::time::Instant::now();
     let reason = trace_loop::run(&mut collector, &mut agg, watch, !quiet)?;
+    let traced = t0.elapsed();
     tracer.detach();
     collector.drain(|e| agg.add(e));
     let end = read_end_state(tracer, phases.len()).context("read the final counters from BPF")?;
-    Ok((agg, end, reason))
+    Ok((agg, end, reason, traced))
 }
 
 fn build_run(
@@ -194,7 +196,7 @@ fn build_run(
     phases: &[ResolvedPhase],
     agg: Aggregator,
     end: &EndState,
-    started: std::time::SystemTime,
+    (started, traced): (std::time::SystemTime, std::time::Duration),
     reason: EndReason,
 ) -> Run {
     use wprof_common::counter;
@@ -275,7 +277,7 @@ fn build_run(
         host: read_trim("/proc/sys/kernel/hostname"),
         kernel: read_trim("/proc/sys/kernel/osrelease"),
         started_unix,
-        duration_s: started.elapsed().map(|d| d.as_secs_f64()).unwrap_or(0.0),
+        duration_s: traced.as_secs_f64(),
         pids: Vec::new(),
         command: None,
         profile_name: profile.name.clone(),
