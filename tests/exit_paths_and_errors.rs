@@ -47,26 +47,6 @@ fn start_attach(pid: u32, json: &Path) -> Child {
     w
 }
 
-fn wait_attached(w: &mut Child) {
-    use std::io::{BufRead, BufReader};
-    let mut reader = BufReader::new(w.stderr.take().expect("stderr"));
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).expect("read") == 0 {
-            panic!("wprof ended before attaching:\n{seen}");
-        }
-        seen.push_str(&line);
-        if line.contains("attached") {
-            break;
-        }
-    }
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
-    });
-}
-
 fn signal(pid: u32, sig: &str) {
     let out = run(Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]));
     assert!(out.status.success(), "kill -{sig} {pid}: {}", text(&out));
@@ -193,41 +173,32 @@ fn bad_input_gets_a_clear_error_and_exit_code() {
     let dir = tempdir();
     let exe = fixture("writepath");
 
+    // `wprof probes` with a profile written for the case, against the fixture.
+    let probes_with = |profile: &str, code: i32, needles: &[&str]| {
+        let p = write_profile(dir.path(), profile);
+        expect_error(
+            wprof()
+                .args(["probes", "--target", &p, "--binary"])
+                .arg(&exe),
+            code,
+            needles,
+        );
+    };
     // Malformed profile: exit 2, with line and column.
-    let p = write_profile(
-        dir.path(),
+    probes_with(
         "name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = [\n",
-    );
-    expect_error(
-        wprof()
-            .args(["probes", "--target", &p, "--binary"])
-            .arg(&exe),
         2,
         &["line", "column"],
     );
-
     // Unresolved required symbol: exit 4, with the nearest names.
-    let p = write_profile(
-        dir.path(),
+    probes_with(
         "name = \"x\"\n[[phase]]\nname = \"w\"\nsymbol = \"write_recrd\"\n",
-    );
-    expect_error(
-        wprof()
-            .args(["probes", "--target", &p, "--binary"])
-            .arg(&exe),
         4,
         &["write_recrd", "write_record"],
     );
-
     // An object that is not ELF: exit 4, saying so.
-    let p = write_profile(
-        dir.path(),
+    probes_with(
         "name = \"x\"\nobject = \"/etc/hostname\"\n[[phase]]\nname = \"w\"\nsymbol = \"f\"\n",
-    );
-    expect_error(
-        wprof()
-            .args(["probes", "--target", &p, "--binary"])
-            .arg(&exe),
         4,
         &["not an ELF"],
     );

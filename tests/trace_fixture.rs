@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
 use std::process::{Output, Stdio};
 
@@ -313,7 +313,7 @@ fn cxx_library_loaded_after_attach_survives_exceptions_through_probed_frames() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start wprof");
-    wait_for_attached(&mut w);
+    wait_attached(&mut w);
     driver
         .stdin
         .as_mut()
@@ -359,28 +359,6 @@ fn cxx_library_loaded_after_attach_survives_exceptions_through_probed_frames() {
         modes.iter().all(|m| m == "ret-sites"),
         "C++ phases must default to RET sites: {modes:?}"
     );
-}
-
-/// Reads wprof's stderr until its "attached" line.
-pub fn wait_for_attached(w: &mut std::process::Child) {
-    let stderr = w.stderr.take().expect("stderr");
-    let mut reader = BufReader::new(stderr);
-    let mut seen = String::new();
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).expect("read wprof stderr") == 0 {
-            panic!("wprof ended before attaching:\n{seen}");
-        }
-        seen.push_str(&line);
-        if line.contains("attached") {
-            break;
-        }
-    }
-    // Keep draining stderr so wprof never blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
-    });
 }
 
 #[test]

@@ -209,18 +209,11 @@ pub fn describe(n: &SymbolName) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::resolve::testutil::{build, objdump_rets, CXX_SRC};
+    use crate::resolve::testutil::{build, objdump_rets, pax_library};
 
     fn cxx_syms() -> (tempfile::TempDir, ObjectSymbols) {
         let dir = tempfile::tempdir().unwrap();
-        let so = build(
-            dir.path(),
-            "libpax.so",
-            CXX_SRC,
-            true,
-            &["-O2", "-shared", "-fPIC"],
-        );
-        let syms = ObjectSymbols::load(&so).unwrap();
+        let syms = pax_library(dir.path());
         (dir, syms)
     }
 

@@ -99,19 +99,12 @@ pub fn explain_missing(syms: &ObjectSymbols, pattern: &str) -> Option<String> {
 mod tests {
     use super::*;
     use crate::resolve::matcher::{find, MatchError};
-    use crate::resolve::testutil::{build, CXX_SRC};
+    use crate::resolve::testutil::{build, pax_library};
 
     #[test]
     fn no_match_suggests_nearest() {
         let dir = tempfile::tempdir().unwrap();
-        let so = build(
-            dir.path(),
-            "libpax.so",
-            CXX_SRC,
-            true,
-            &["-O2", "-shared", "-fPIC"],
-        );
-        let syms = ObjectSymbols::load(&so).unwrap();
+        let syms = pax_library(dir.path());
         match find(&syms, "pax::CCPaxAccessMethod::TupleInsrt", false) {
             Err(MatchError::NoMatch { nearest }) => {
                 assert_eq!(

@@ -196,3 +196,25 @@ pub fn wprof_leftovers(prog_ids: &[u64]) -> Vec<String> {
     }
     left
 }
+
+/// Reads wprof's stderr until its "attached" line, then keeps draining it in a thread so wprof
+/// never blocks on a full pipe.
+pub fn wait_attached(w: &mut Child) {
+    use std::io::{BufRead, BufReader};
+    let mut reader = BufReader::new(w.stderr.take().expect("stderr"));
+    let mut seen = String::new();
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).expect("read wprof stderr") == 0 {
+            panic!("wprof ended before attaching:\n{seen}");
+        }
+        seen.push_str(&line);
+        if line.contains("attached") {
+            break;
+        }
+    }
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while reader.read_line(&mut sink).map(|n| n > 0).unwrap_or(false) {}
+    });
+}

@@ -275,24 +275,35 @@ fn define_node(node: u64, parent: u64, phase: u32, depth: u32, key: u64) {
     if NODES_SEEN.get_ptr(&node).is_some() {
         return;
     }
+    let def = Event {
+        kind: EventKind::NodeDef as u32,
+        phase,
+        pid: (key >> 32) as u32,
+        tid: key as u32,
+        node,
+        parent,
+        depth,
+        ..Event::default()
+    };
+    if emit(def) {
+        let one = 1u8;
+        let _ = NODES_SEEN.insert(&node, &one, BPF_ANY as u64);
+    } else {
+        // Not marked as seen: the next entry of this node tries again.
+        bump(counter::LOST_NODE_DEFS);
+    }
+}
+
+/// Writes one record to the ring buffer; false when it is full.
+#[inline(always)]
+fn emit(ev: Event) -> bool {
     match EVENTS.reserve::<Event>(0) {
         Some(mut entry) => {
-            entry.write(Event {
-                kind: EventKind::NodeDef as u32,
-                phase,
-                pid: (key >> 32) as u32,
-                tid: key as u32,
-                node,
-                parent,
-                depth,
-                ..Event::default()
-            });
+            entry.write(ev);
             entry.submit(submit_flags());
-            let one = 1u8;
-            let _ = NODES_SEEN.insert(&node, &one, BPF_ANY as u64);
+            true
         }
-        // Not marked as seen: the next entry of this node tries again.
-        None => bump(counter::LOST_NODE_DEFS),
+        None => false,
     }
 }
 
@@ -378,24 +389,21 @@ fn on_return<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
     if depth == 0 {
         let _ = STACKS.remove(&key);
     }
-    match EVENTS.reserve::<Event>(0) {
-        Some(mut entry) => {
-            entry.write(Event {
-                kind: EventKind::Span as u32,
-                phase,
-                pid: (key >> 32) as u32,
-                tid: key as u32,
-                node: top.node,
-                parent,
-                start_ns: top.start_ns,
-                dur_ns: dur,
-                child_ns: top.child_ns,
-                depth: depth as u32,
-                _pad: 0,
-            });
-            entry.submit(submit_flags());
-        }
-        None => count_lost(top.node),
+    let span = Event {
+        kind: EventKind::Span as u32,
+        phase,
+        pid: (key >> 32) as u32,
+        tid: key as u32,
+        node: top.node,
+        parent,
+        start_ns: top.start_ns,
+        dur_ns: dur,
+        child_ns: top.child_ns,
+        depth: depth as u32,
+        _pad: 0,
+    };
+    if !emit(span) {
+        count_lost(top.node);
     }
     Ok(())
 }
