@@ -43,6 +43,10 @@ fn mean_us(n: &serde_json::Value) -> f64 {
     n["mean_ns"].as_f64().expect("mean_ns") / 1000.0
 }
 
+fn p50_us(n: &serde_json::Value) -> f64 {
+    n["p50_ns"].as_f64().expect("p50_ns") / 1000.0
+}
+
 fn assert_within(what: &str, got: f64, want: f64, tol: f64) {
     assert!(
         (got - want).abs() <= want * tol,
@@ -96,11 +100,13 @@ fn tree_shape_is_exact_and_long_phases_match_commanded_times() {
     assert_shape(&run, 400);
     assert_eq!(truth(&out, "writes"), 400);
 
-    // Phases of 100 µs and more: within 5% of the commanded time (self times on the
-    // command line: write 3, encode 5, persist 1 + compress 20 + flush 100, wal 2 + sync 150).
+    // Phases of 100 µs and more: the median call within 5% of the commanded time (self times
+    // on the command line: write 3, encode 5, persist 1 + compress 20 + flush 100, wal 2 +
+    // sync 150). The median, because a spinning phase preempted on a busy CI machine is a real
+    // but rare long call that says nothing about the probes.
     assert_within(
         "flush_block",
-        mean_us(node(
+        p50_us(node(
             &run,
             &["write_record", "persist_block", "flush_block"],
         )),
@@ -109,25 +115,25 @@ fn tree_shape_is_exact_and_long_phases_match_commanded_times() {
     );
     assert_within(
         "wal_sync",
-        mean_us(node(&run, &["write_record", "wal_append", "wal_sync"])),
+        p50_us(node(&run, &["write_record", "wal_append", "wal_sync"])),
         150.0,
         0.05,
     );
     assert_within(
         "wal_append",
-        mean_us(node(&run, &["write_record", "wal_append"])),
+        p50_us(node(&run, &["write_record", "wal_append"])),
         152.0,
         0.05,
     );
     assert_within(
         "persist_block",
-        mean_us(node(&run, &["write_record", "persist_block"])),
+        p50_us(node(&run, &["write_record", "persist_block"])),
         121.0,
         0.05,
     );
     assert_within(
         "write_record",
-        mean_us(node(&run, &["write_record"])),
+        p50_us(node(&run, &["write_record"])),
         281.0,
         0.05,
     );
@@ -136,10 +142,10 @@ fn tree_shape_is_exact_and_long_phases_match_commanded_times() {
     let plain =
         common::run(std::process::Command::new(fixture("writepath")).args(["--iterations", "400"]));
     assert!(plain.status.success());
-    let untraced_us = truth(&plain, "write_mean_ns") as f64 / 1000.0;
+    let untraced_us = truth(&plain, "write_p50_ns") as f64 / 1000.0;
     assert_within(
-        "write_record vs untraced",
-        mean_us(node(&run, &["write_record"])),
+        "write_record vs untraced (medians)",
+        p50_us(node(&run, &["write_record"])),
         untraced_us,
         0.05,
     );

@@ -18,7 +18,7 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
     if !run.tree.roots.is_empty() {
         out.push_str(
             "columns: time per root call (rows add up to their parent) · share of the parent · \
-             the phase's own calls: n, mean, p50, p99 · probe: estimated probe share of the mean\n",
+             the phase's own calls: n, mean, p50, p99 · probe: estimated probe share of the median call\n",
         );
     }
     write_phase_table(&run.phases, out);

@@ -123,17 +123,18 @@ impl Ctx<'_> {
             .sum()
     }
 
-    /// Estimated share of the node's mean that its own and its descendants' probes add: half
-    /// of its own pair (the entry probe's work after the timestamp and the return probe's
-    /// before it fall inside the span) plus every descendant call's whole pair.
+    /// Estimated share of the node's median call that its own and its descendants' probes
+    /// add: half of its own pair (the entry probe's work after the timestamp and the return
+    /// probe's before it fall inside the span) plus every descendant call's whole pair. The
+    /// median, not the mean, so that a few preempted calls on a busy host do not hide it.
     fn probe_share(&self, node: &TreeNode) -> Option<f64> {
-        let mean = node.mean_ns();
-        if node.count == 0 || mean <= 0.0 {
+        let typical = node.hist.value_at_quantile(0.5) as f64;
+        if node.count == 0 || typical <= 0.0 {
             return None;
         }
         let per_call =
             0.5 * self.pair_ns(node.phase) + self.descendant_cost(node) / node.count as f64;
-        Some(per_call / mean)
+        Some(per_call / typical)
     }
 }
 
