@@ -57,6 +57,10 @@ pub struct TraceArgs {
     /// Do not print the tree on stdout (outputs still written).
     #[arg(long, short = 'q')]
     pub quiet: bool,
+    /// Keep at most this many root calls in the per-call table (JSON, --events); further calls
+    /// are counted and still aggregated into the tree.
+    #[arg(long, value_name = "N", default_value_t = crate::aggregate::DEFAULT_MAX_CALLS)]
+    pub max_calls: usize,
 }
 
 /// Output files.

@@ -4,7 +4,7 @@
 //! folded, SVG). `--json` writes exactly this (schema v1, docs/json.md), and `report` reads it
 //! back, so everything printed about a run comes from this one value.
 
-use crate::aggregate::PhaseTree;
+use crate::aggregate::{CallTable, PhaseTree, SpanLog};
 
 /// JSON schema version written and accepted.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -127,4 +127,8 @@ pub struct Run {
     pub probe_cost: ProbeCost,
     /// The phase tree.
     pub tree: PhaseTree,
+    /// One row per root call (per-event mode), capped.
+    pub calls: CallTable,
+    /// Completed spans for the trace export, capped.
+    pub spans: SpanLog,
 }

@@ -3,11 +3,14 @@
 //! In: [`wprof_common::Event`]s (node definitions and completed spans) as collect decodes them,
 //! then the end-of-run counters read from BPF maps. Out: a [`PhaseTree`] — per tree node the
 //! call count, total and self time, an HDR histogram of durations, and what could not be
-//! measured (lost, abandoned, still open). Plain values only: nothing here touches BPF, so it is
+//! measured (lost, abandoned, still open); in per-event mode also a [`CallTable`] (one row per
+//! root call) and a capped [`SpanLog`]. Plain values only: nothing here touches BPF, so it is
 //! tested without root.
 
+mod calls;
 mod histogram;
 mod tree;
 
+pub use calls::{CallRow, CallTable, SpanLog, SpanRecord, DEFAULT_MAX_CALLS, DEFAULT_MAX_SPANS};
 pub use histogram::{new_histogram, LatencyHistogram};
 pub use tree::{Aggregator, EndCounters, PhaseTree, TreeNode};

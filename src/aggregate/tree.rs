@@ -6,6 +6,7 @@ use std::hash::BuildHasherDefault;
 use nohash_hasher::NoHashHasher;
 use wprof_common::{Event, EventKind};
 
+use super::calls::{CallRecorder, CallTable, SpanLog};
 use super::histogram::{new_histogram, LatencyHistogram};
 
 /// Node hashes are already mixed in BPF (splitmix64), so hashing them again is wasted work on
@@ -42,6 +43,9 @@ impl Default for NodeStats {
 pub struct Aggregator {
     defs: NodeMap<NodeDef>,
     stats: NodeMap<NodeStats>,
+    /// Nodes with an ancestor of the same phase (recursion): their time is inside that one's.
+    nested_same: NodeMap<bool>,
+    calls: Option<CallRecorder>,
     events: u64,
 }
 
@@ -158,9 +162,18 @@ impl PhaseTree {
 }
 
 impl Aggregator {
-    /// An empty aggregator.
+    /// An empty aggregator (tree only).
     pub fn new() -> Aggregator {
         Aggregator::default()
+    }
+
+    /// An aggregator that also keeps the per-root-call table and the span log (per-event
+    /// mode), for phases `names`, capped at `max_calls` rows and `max_spans` spans.
+    pub fn with_calls(names: &[String], max_calls: usize, max_spans: usize) -> Aggregator {
+        Aggregator {
+            calls: Some(CallRecorder::new(names, max_calls, max_spans)),
+            ..Aggregator::default()
+        }
     }
 
     /// Adds one ring-buffer event.
@@ -189,6 +202,33 @@ impl Aggregator {
         self.events
     }
 
+    /// Whether `node` or one of its ancestors is `phase` (bounded by the BPF stack depth).
+    fn has_ancestor_phase(&self, mut node: u64, phase: u32) -> bool {
+        for _ in 0..=wprof_common::MAX_DEPTH {
+            match self.defs.get(&node) {
+                Some(d) if d.phase == phase => return true,
+                Some(d) => node = d.parent,
+                None => return false,
+            }
+        }
+        false
+    }
+
+    /// Builds the tree, and the call table and span log when they were kept.
+    pub fn finish_all(
+        mut self,
+        names: &[String],
+        roles: &[Option<String>],
+        end: &EndCounters,
+    ) -> (PhaseTree, CallTable, SpanLog) {
+        let (calls, spans) = self
+            .calls
+            .take()
+            .map(CallRecorder::finish)
+            .unwrap_or_default();
+        (self.finish(names, roles, end), calls, spans)
+    }
+
     /// Builds the tree. `names[i]` and `roles[i]` describe phase id `i`.
     pub fn finish(
         self,
@@ -200,6 +240,7 @@ impl Aggregator {
             defs,
             mut stats,
             events,
+            ..
         } = self;
         let mut children: NodeMap<Vec<u64>> = NodeMap::default();
         let mut roots = Vec::new();

@@ -10,7 +10,9 @@ use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::{new_histogram, LatencyHistogram, PhaseTree, TreeNode};
+use crate::aggregate::{
+    new_histogram, CallRow, CallTable, LatencyHistogram, PhaseTree, SpanLog, SpanRecord, TreeNode,
+};
 use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run, SCHEMA_VERSION};
 
 /// The run as a JSON document of schema [`SCHEMA_VERSION`].
@@ -26,6 +28,8 @@ pub fn to_json(run: &Run) -> serde_json::Value {
             orphan_spans: run.tree.orphan_spans,
             events: run.tree.events,
         },
+        calls: CallsJ::from(&run.calls),
+        spans: SpansJ::from(&run.spans),
     };
     // Serializing these structs cannot fail: every map key is a string and there are no
     // custom Serialize impls (non-finite floats become null rather than errors).
@@ -75,6 +79,8 @@ pub fn from_json(text: &str) -> Result<Run> {
             orphan_spans: doc.tree.orphan_spans,
             events: doc.tree.events,
         },
+        calls: doc.calls.into_table()?,
+        spans: doc.spans.into_log()?,
     })
 }
 
@@ -93,6 +99,139 @@ struct Doc {
     counters: CountersJ,
     probe_cost: ProbeCostJ,
     tree: TreeJ,
+    calls: CallsJ,
+    spans: SpansJ,
+}
+
+/// The per-root-call table: `rows[i] = [start_ns, pid, tid, root, total_ns, ns_0, calls_0,
+/// ns_1, calls_1, ...]` with one (ns, calls) pair per entry of `columns` (phase ids in order).
+#[derive(Serialize, Deserialize)]
+struct CallsJ {
+    columns: Vec<String>,
+    total_calls: u64,
+    capped: bool,
+    rows: Vec<Vec<u64>>,
+}
+
+impl From<&CallTable> for CallsJ {
+    fn from(t: &CallTable) -> Self {
+        let rows = t
+            .rows
+            .iter()
+            .map(|r| {
+                let mut v = vec![
+                    r.start_ns,
+                    r.pid.into(),
+                    r.tid.into(),
+                    r.root.into(),
+                    r.total_ns,
+                ];
+                for (ns, n) in r.phase_ns.iter().zip(&r.phase_calls) {
+                    v.push(*ns);
+                    v.push((*n).into());
+                }
+                v
+            })
+            .collect();
+        CallsJ {
+            columns: t.columns.clone(),
+            total_calls: t.total_calls,
+            capped: t.capped,
+            rows,
+        }
+    }
+}
+
+impl CallsJ {
+    fn into_table(self) -> Result<CallTable> {
+        let width = 5 + 2 * self.columns.len();
+        let mut rows = Vec::with_capacity(self.rows.len());
+        for (i, r) in self.rows.into_iter().enumerate() {
+            if r.len() != width {
+                bail!(
+                    "calls.rows[{i}] has {} values; {width} expected for {} columns",
+                    r.len(),
+                    self.columns.len()
+                );
+            }
+            let small = |v: u64, what: &str| -> Result<u32> {
+                u32::try_from(v)
+                    .with_context(|| format!("calls.rows[{i}]: {what} {v} out of range"))
+            };
+            rows.push(CallRow {
+                start_ns: r[0],
+                pid: small(r[1], "pid")?,
+                tid: small(r[2], "tid")?,
+                root: small(r[3], "root")?,
+                total_ns: r[4],
+                phase_ns: r[5..].iter().step_by(2).copied().collect(),
+                phase_calls: r[6..]
+                    .iter()
+                    .step_by(2)
+                    .map(|&n| small(n, "call count"))
+                    .collect::<Result<_>>()?,
+            });
+        }
+        Ok(CallTable {
+            columns: self.columns,
+            rows,
+            total_calls: self.total_calls,
+            capped: self.capped,
+        })
+    }
+}
+
+/// The span log: `rows[i] = [start_ns, dur_ns, pid, tid, phase, depth]`.
+#[derive(Serialize, Deserialize)]
+struct SpansJ {
+    capped: bool,
+    rows: Vec<[u64; 6]>,
+}
+
+impl From<&SpanLog> for SpansJ {
+    fn from(l: &SpanLog) -> Self {
+        let rows = l
+            .spans
+            .iter()
+            .map(|s| {
+                [
+                    s.start_ns,
+                    s.dur_ns,
+                    s.pid.into(),
+                    s.tid.into(),
+                    s.phase.into(),
+                    s.depth.into(),
+                ]
+            })
+            .collect();
+        SpansJ {
+            capped: l.capped,
+            rows,
+        }
+    }
+}
+
+impl SpansJ {
+    fn into_log(self) -> Result<SpanLog> {
+        let mut spans = Vec::with_capacity(self.rows.len());
+        for (i, r) in self.rows.into_iter().enumerate() {
+            let small = |v: u64| {
+                u32::try_from(v).with_context(|| format!("spans.rows[{i}]: {v} out of range"))
+            };
+            spans.push(SpanRecord {
+                start_ns: r[0],
+                dur_ns: r[1],
+                pid: small(r[2])?,
+                tid: small(r[3])?,
+                phase: small(r[4])?,
+                depth: small(r[5])?,
+            });
+        }
+        Ok(SpanLog {
+            spans,
+            capped: self.capped,
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize)]

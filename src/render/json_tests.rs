@@ -52,6 +52,18 @@ fn round_trip_is_exact() -> Result<()> {
 fn document_shape() {
     let run = sample_run();
     let v = to_json(&run);
+    // The call table: one row per root call, 5 fixed values then (ns, calls) per column.
+    let calls = &v["calls"];
+    assert_eq!(calls["rows"][0].as_array().map(Vec::len), Some(5 + 2 * 7));
+    assert_eq!(calls["rows"][1][4], 310_000);
+    assert_eq!(
+        (calls["total_calls"].as_u64(), calls["capped"].as_bool()),
+        (Some(3), Some(true))
+    );
+    assert_eq!(
+        v["spans"]["rows"][0],
+        serde_json::json!([1_000_100, 5_000, 4242, 4243, 1, 1])
+    );
     let keys = |v: &Value| -> Vec<String> {
         v.as_object()
             .map(|o| o.keys().cloned().collect())
@@ -62,11 +74,13 @@ fn document_shape() {
     assert_eq!(
         top,
         [
+            "calls",
             "counters",
             "phases",
             "probe_cost",
             "provenance",
             "schema_version",
+            "spans",
             "tree"
         ]
     );

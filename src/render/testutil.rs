@@ -223,6 +223,59 @@ pub fn sample_run() -> Run {
             added_ns: added,
         },
         tree,
+        calls: sample_calls(),
+        spans: crate::aggregate::SpanLog {
+            spans: vec![
+                crate::aggregate::SpanRecord {
+                    start_ns: 1_000_100,
+                    dur_ns: 5_000,
+                    pid: 4242,
+                    tid: 4243,
+                    phase: 1,
+                    depth: 1,
+                },
+                crate::aggregate::SpanRecord {
+                    start_ns: 1_000_000,
+                    dur_ns: 300_000,
+                    pid: 4242,
+                    tid: 4243,
+                    phase: 0,
+                    depth: 0,
+                },
+            ],
+            capped: false,
+        },
+    }
+}
+
+/// Two root calls of write_record with per-phase times, for the call table.
+fn sample_calls() -> crate::aggregate::CallTable {
+    let columns: Vec<String> = [
+        "write_record",
+        "encode_record",
+        "persist_block",
+        "compress_block",
+        "flush_block",
+        "wal_append",
+        "wal_sync",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let row = |start: u64, total: u64| crate::aggregate::CallRow {
+        start_ns: start,
+        pid: 4242,
+        tid: 4243,
+        root: 0,
+        total_ns: total,
+        phase_ns: vec![total, 5_000, 120_000, 20_000, 98_000, 150_000, 147_000],
+        phase_calls: vec![1, 1, 1, 1, 1, 1, 1],
+    };
+    crate::aggregate::CallTable {
+        columns,
+        rows: vec![row(1_000_000, 300_000), row(2_000_000, 310_000)],
+        total_calls: 3,
+        capped: true,
     }
 }
 

@@ -10,7 +10,7 @@ mod trace_loop;
 
 use anyhow::{Context, Result};
 
-use crate::aggregate::Aggregator;
+use crate::aggregate::{Aggregator, DEFAULT_MAX_SPANS};
 use crate::args::{AttachArgs, RecordArgs, TraceArgs};
 use crate::attach::{check_capabilities, process_alive, Tracer, TracerOptions};
 use crate::collect::{read_end_state, Collector, EndState};
@@ -60,7 +60,15 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     );
     let started = std::time::SystemTime::now();
     let mut watch = Watch::pids(a.pid.clone(), a.trace.duration);
-    let (agg, end, reason, traced) = run(&mut tracer, &phases, &mut watch, a.trace.quiet)?;
+    let names = phase_names(&profile);
+    let (agg, end, reason, traced) = run(
+        &mut tracer,
+        &phases,
+        &names,
+        a.trace.max_calls,
+        &mut watch,
+        a.trace.quiet,
+    )?;
     let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
     run.provenance.pids = a.pid.clone();
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
@@ -95,7 +103,15 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     child.release()?;
     let pid = child.pid();
     let mut watch = Watch::child(child, r.trace.duration);
-    let (agg, end, reason, traced) = run(&mut tracer, &phases, &mut watch, r.trace.quiet)?;
+    let names = phase_names(&profile);
+    let (agg, end, reason, traced) = run(
+        &mut tracer,
+        &phases,
+        &names,
+        r.trace.max_calls,
+        &mut watch,
+        r.trace.quiet,
+    )?;
     let status = watch.finish()?;
     let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
     run.provenance.pids = vec![pid];
@@ -177,11 +193,13 @@ pub fn override_returns(profile: &Profile, mode: Option<crate::profile::ReturnMo
 fn run(
     tracer: &mut Tracer,
     phases: &[ResolvedPhase],
+    names: &[String],
+    max_calls: usize,
     watch: &mut Watch,
     quiet: bool,
 ) -> Result<(Aggregator, EndState, EndReason, std::time::Duration)> {
     let mut collector = Collector::new(tracer)?;
-    let mut agg = Aggregator::new();
+    let mut agg = Aggregator::with_calls(names, max_calls, DEFAULT_MAX_SPANS);
     let t0 = std::time::Instant::now();
     let reason = trace_loop::run(&mut collector, &mut agg, watch, !quiet)?;
     let traced = t0.elapsed();
@@ -200,10 +218,10 @@ fn build_run(
     reason: EndReason,
 ) -> Run {
     use wprof_common::counter;
-    let names: Vec<String> = profile.phases.iter().map(|p| p.name.clone()).collect();
+    let names = phase_names(profile);
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
     let events = agg.events();
-    let tree = agg.finish(&names, &roles, &end.nodes);
+    let (tree, calls, spans) = agg.finish_all(&names, &roles, &end.nodes);
 
     let mut infos = Vec::new();
     let mut objects: Vec<ObjectInfo> = Vec::new();
@@ -295,8 +313,14 @@ fn build_run(
             hits,
             added_ns,
         },
+        calls,
+        spans,
         tree,
     }
+}
+
+fn phase_names(profile: &Profile) -> Vec<String> {
+    profile.phases.iter().map(|p| p.name.clone()).collect()
 }
 
 /// One-line text of a resolution status.

@@ -1,0 +1,217 @@
+//! The per-root-call table and the span log, built from the same events as the tree.
+//!
+//! A root call is a phase entered with no phase open on its thread. Its children's spans reach
+//! userspace before its own (same thread, ring-buffer order), so each thread accumulates the
+//! time of every phase inside its current root call until the root's span closes the row.
+
+use std::collections::HashMap;
+
+use wprof_common::Event;
+
+/// Most root calls kept in a run's table by default (a row per call; the tree is unbounded).
+pub const DEFAULT_MAX_CALLS: usize = 100_000;
+
+/// Most spans kept for the trace export by default.
+pub const DEFAULT_MAX_SPANS: usize = 200_000;
+
+/// One root call: when, where, how long, and each phase's time inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallRow {
+    /// Entry time of the root call, CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Phase id of the root.
+    pub root: u32,
+    /// Duration of the root call, ns.
+    pub total_ns: u64,
+    /// Per phase id: time inside this call, ns, counting only the outermost call of a phase
+    /// (a recursion's inner levels are inside its outer one). The root's own entry holds
+    /// `total_ns`.
+    pub phase_ns: Vec<u64>,
+    /// Per phase id: number of calls inside this root call (the root counts once).
+    pub phase_calls: Vec<u32>,
+}
+
+/// The per-root-call table of a run (per-event mode only).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallTable {
+    /// Phase names, by phase id: the meaning of `phase_ns[i]` and `phase_calls[i]`.
+    pub columns: Vec<String>,
+    /// The rows, in completion order.
+    pub rows: Vec<CallRow>,
+    /// Root calls completed in the run (rows beyond the cap are counted, not kept).
+    pub total_calls: u64,
+    /// Whether rows were dropped at the cap.
+    pub capped: bool,
+}
+
+/// A completed phase call, for the Chrome/Perfetto trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanRecord {
+    /// Entry time, CLOCK_MONOTONIC ns.
+    pub start_ns: u64,
+    /// Duration, ns.
+    pub dur_ns: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Phase id.
+    pub phase: u32,
+    /// Nesting depth (0 = root).
+    pub depth: u32,
+}
+
+/// The capped span log of a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SpanLog {
+    /// Spans in completion order (children before their parent).
+    pub spans: Vec<SpanRecord>,
+    /// Whether spans were dropped at the cap.
+    pub capped: bool,
+}
+
+#[derive(Default)]
+struct Pending {
+    phase_ns: Vec<u64>,
+    phase_calls: Vec<u32>,
+}
+
+/// Builds the call table and span log.
+pub struct CallRecorder {
+    nphases: usize,
+    max_calls: usize,
+    max_spans: usize,
+    pending: HashMap<u64, Pending>,
+    table: CallTable,
+    log: SpanLog,
+}
+
+impl CallRecorder {
+    /// A recorder for phases `names`, keeping at most `max_calls` rows and `max_spans` spans.
+    pub fn new(names: &[String], max_calls: usize, max_spans: usize) -> CallRecorder {
+        CallRecorder {
+            nphases: names.len(),
+            max_calls,
+            max_spans,
+            pending: HashMap::new(),
+            table: CallTable {
+                columns: names.to_vec(),
+                ..CallTable::default()
+            },
+            log: SpanLog::default(),
+        }
+    }
+
+    /// Adds a span. `nested_in_same_phase` says whether an ancestor of its node is the same
+    /// phase (then its time is already inside that ancestor's).
+    pub fn span(&mut self, ev: &Event, nested_in_same_phase: bool) {
+        if self.log.spans.len() < self.max_spans {
+            self.log.spans.push(SpanRecord {
+                start_ns: ev.start_ns,
+                dur_ns: ev.dur_ns,
+                pid: ev.pid,
+                tid: ev.tid,
+                phase: ev.phase,
+                depth: ev.depth,
+            });
+        } else {
+            self.log.capped = true;
+        }
+        let phase = ev.phase as usize;
+        if phase >= self.nphases {
+            return;
+        }
+        let key = (u64::from(ev.pid) << 32) | u64::from(ev.tid);
+        let n = self.nphases;
+        let p = self.pending.entry(key).or_insert_with(|| Pending {
+            phase_ns: vec![0; n],
+            phase_calls: vec![0; n],
+        });
+        p.phase_calls[phase] += 1;
+        if !nested_in_same_phase {
+            p.phase_ns[phase] += ev.dur_ns;
+        }
+        if ev.depth != 0 {
+            return;
+        }
+        let Some(p) = self.pending.remove(&key) else {
+            return;
+        };
+        self.table.total_calls += 1;
+        if self.table.rows.len() >= self.max_calls {
+            self.table.capped = true;
+            return;
+        }
+        self.table.rows.push(CallRow {
+            start_ns: ev.start_ns,
+            pid: ev.pid,
+            tid: ev.tid,
+            root: ev.phase,
+            total_ns: ev.dur_ns,
+            phase_ns: p.phase_ns,
+            phase_calls: p.phase_calls,
+        });
+    }
+
+    /// The table and the span log.
+    pub fn finish(self) -> (CallTable, SpanLog) {
+        (self.table, self.log)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use wprof_common::EventKind;
+
+    fn span(phase: u32, depth: u32, dur: u64, tid: u32) -> Event {
+        Event {
+            kind: EventKind::Span as u32,
+            phase,
+            depth,
+            dur_ns: dur,
+            tid,
+            pid: 1,
+            ..Event::default()
+        }
+    }
+
+    #[test]
+    fn rows_hold_each_phase_time_inside_the_root_call() {
+        let names: Vec<String> = ["w", "e", "r"].iter().map(|s| s.to_string()).collect();
+        let mut c = CallRecorder::new(&names, 10, 10);
+        // thread 7: e (10), r (30 outer) with r (20 inner) inside, then w (100)
+        c.span(&span(1, 1, 10, 7), false);
+        c.span(&span(2, 2, 20, 7), true);
+        c.span(&span(2, 1, 30, 7), false);
+        // another thread interleaves
+        c.span(&span(1, 1, 5, 8), false);
+        c.span(&span(0, 0, 100, 7), false);
+        c.span(&span(0, 0, 50, 8), false);
+        let (t, log) = c.finish();
+        assert_eq!(t.rows.len(), 2);
+        assert_eq!(t.rows[0].phase_ns, [100, 10, 30]);
+        assert_eq!(t.rows[0].phase_calls, [1, 1, 2]);
+        assert_eq!(
+            (t.rows[1].tid, t.rows[1].phase_ns.clone()),
+            (8, vec![50, 5, 0])
+        );
+        assert_eq!(log.spans.len(), 6);
+    }
+
+    #[test]
+    fn caps_are_counted_and_said() {
+        let names = vec!["w".to_string()];
+        let mut c = CallRecorder::new(&names, 2, 1);
+        for _ in 0..5 {
+            c.span(&span(0, 0, 1, 1), false);
+        }
+        let (t, log) = c.finish();
+        assert_eq!((t.rows.len(), t.total_calls, t.capped), (2, 5, true));
+        assert!(log.capped);
+    }
+}
