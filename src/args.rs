@@ -31,6 +31,10 @@ pub enum Command {
     Targets,
     /// Re-render a saved run (--json output).
     Report(ReportArgs),
+    /// Compare two runs node by node: deltas, significance, thresholds (exit 3 on failure).
+    Compare(CompareArgs),
+    /// Test hypotheses against a run: SUPPORTED / REFUTED / INCONCLUSIVE (exit 3 if refuted).
+    Check(CheckArgs),
 }
 
 /// Which profile to use.
@@ -66,7 +70,8 @@ pub struct TraceArgs {
 /// Output files.
 #[derive(Debug, Args, Clone, Default)]
 pub struct OutputArgs {
-    /// Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg).
+    /// Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg,
+    /// calls.csv, trace.json).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Write the run as JSON (schema v1, docs/json.md).
@@ -78,6 +83,12 @@ pub struct OutputArgs {
     /// Write a phase flamegraph (SVG) of wall time by phase path.
     #[arg(long, value_name = "FILE.svg")]
     pub flamegraph: Option<PathBuf>,
+    /// Write one CSV row per root call: start, thread, total and each phase's time inside it.
+    #[arg(long, value_name = "FILE.csv")]
+    pub events: Option<PathBuf>,
+    /// Write a Chrome/Perfetto trace (JSON) of the recorded spans.
+    #[arg(long, value_name = "FILE.json")]
+    pub trace: Option<PathBuf>,
 }
 
 /// `wprof attach`.
@@ -142,6 +153,72 @@ pub struct ReportArgs {
     /// Write to this file instead of stdout.
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
+    /// Split root calls at this percentile (e.g. p95) and show, per phase, where the slow
+    /// calls' extra time went.
+    #[arg(long, value_name = "pNN")]
+    pub tail: Option<String>,
+    /// Show the first N root calls (cold caches, plan building) apart from the rest.
+    #[arg(long, value_name = "N")]
+    pub first: Option<usize>,
+}
+
+/// `wprof compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// The baseline run (JSON).
+    pub base: PathBuf,
+    /// The new run (JSON).
+    pub new: PathBuf,
+    /// Align nodes by phase path (same profile) or by role path (different profiles).
+    #[arg(long, value_enum, default_value = "phase")]
+    pub by: AlignBy,
+    /// Smallest relative change reported as a difference, e.g. 5% (significance alone is not
+    /// enough: with 10^5 calls everything is significant).
+    #[arg(long, value_name = "PCT", default_value = "5%")]
+    pub min_effect: String,
+    /// Fail (exit 3) when a threshold is crossed, e.g. 'total.p99 > +10%' or
+    /// 'write_record/wal_append.mean > +5%' (repeatable).
+    #[arg(long, value_name = "EXPR")]
+    pub fail_if: Vec<String>,
+    /// Split the root calls of both runs at this percentile, as `report --tail`.
+    #[arg(long, value_name = "pNN")]
+    pub tail: Option<String>,
+    /// Also write the comparison as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also write a differential folded file (base and new self time per stack).
+    #[arg(long, value_name = "FILE")]
+    pub folded_diff: Option<PathBuf>,
+}
+
+/// How compare lines nodes up.
+#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
+pub enum AlignBy {
+    /// By the path of phase names.
+    Phase,
+    /// By the path of roles (phases without a role keep their name).
+    Role,
+}
+
+/// `wprof check`.
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The hypothesis file (TOML, see docs/hypotheses.md).
+    #[arg(long, value_name = "H.toml")]
+    pub hypotheses: PathBuf,
+    /// The run to test (JSON).
+    pub run: PathBuf,
+    /// A baseline run, for claims about a difference.
+    pub base: Option<PathBuf>,
+    /// Also write the verdicts as JSON (for CI annotations).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Fewer root calls than this make a verdict INCONCLUSIVE.
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub min_calls: usize,
+    /// Confidence level of the intervals.
+    #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
+    pub confidence: f64,
 }
 
 /// Formats `report` can write.
@@ -155,6 +232,10 @@ pub enum ReportFormat {
     Folded,
     /// A phase flamegraph.
     Svg,
+    /// One CSV row per root call.
+    Csv,
+    /// Chrome/Perfetto trace JSON.
+    Trace,
 }
 
 /// `--return` values.

@@ -123,6 +123,8 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         ReportFormat::Json => session::OutputKind::Json,
         ReportFormat::Folded => session::OutputKind::Folded,
         ReportFormat::Svg => session::OutputKind::Svg,
+        ReportFormat::Csv => session::OutputKind::Csv,
+        ReportFormat::Trace => session::OutputKind::Trace,
     };
     match &a.output {
         Some(p) => {

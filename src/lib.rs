@@ -3,9 +3,11 @@
 //! The stages, each a module: [`resolve`] (profile + binary -> probe sites) -> [`attach`]
 //! (sites -> live uprobes) -> [`collect`] (ring buffer -> events) -> [`aggregate`]
 //! (events -> phase tree) -> [`render`] (tree -> text, JSON, folded, SVG). [`session`] runs
-//! them for `attach` and `record`; [`commands`] implements the other subcommands.
+//! them for `attach` and `record`; [`commands`] implements `probes`, `targets` and `report`;
+//! [`analyze`] holds `compare`, `check` and the tail split, all working on saved runs.
 
 pub mod aggregate;
+pub mod analyze;
 pub mod args;
 pub mod attach;
 pub mod collect;

@@ -12,6 +12,8 @@ fn main() {
         Command::Probes(p) => commands::probes(p),
         Command::Targets => commands::targets(),
         Command::Report(r) => commands::report(r),
+        Command::Compare(c) => wprof::analyze::compare::run(c),
+        Command::Check(c) => wprof::analyze::check::run(c),
     };
     match result {
         Ok(code) => std::process::exit(code),

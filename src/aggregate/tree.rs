@@ -181,6 +181,10 @@ impl Aggregator {
     pub fn add(&mut self, ev: &Event) {
         self.events += 1;
         if ev.kind == EventKind::NodeDef as u32 {
+            if self.calls.is_some() {
+                let nested = self.has_ancestor_phase(ev.parent, ev.phase);
+                self.nested_same.insert(ev.node, nested);
+            }
             self.defs.insert(
                 ev.node,
                 NodeDef {
@@ -189,6 +193,9 @@ impl Aggregator {
                 },
             );
         } else if ev.kind == EventKind::Span as u32 {
+            if let Some(c) = &mut self.calls {
+                c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
+            }
             let s = self.stats.entry(ev.node).or_default();
             s.count += 1;
             s.total_ns += ev.dur_ns;
@@ -376,6 +383,27 @@ mod tests {
         );
         assert_eq!(t.find(&["write", "encode"]).unwrap().hist.len(), 3);
         assert_eq!(t.events, 12);
+    }
+
+    #[test]
+    fn call_rows_count_a_recursion_once_in_time_and_every_level_in_calls() {
+        let names: Vec<String> = vec!["w".into(), "r".into()];
+        let mut a = Aggregator::with_calls(&names, 10, 10);
+        a.add(&def(1, 0, 0));
+        a.add(&def(2, 1, 1));
+        a.add(&def(3, 2, 1));
+        let mut inner = span(3, 1, 40, 0);
+        inner.depth = 2;
+        let mut outer = span(2, 1, 70, 40);
+        outer.depth = 1;
+        a.add(&inner);
+        a.add(&outer);
+        a.add(&span(1, 0, 100, 70));
+        let (_, calls, spans) = a.finish_all(&names, &[None, None], &EndCounters::default());
+        assert_eq!(calls.rows.len(), 1);
+        assert_eq!(calls.rows[0].phase_ns, [100, 70]);
+        assert_eq!(calls.rows[0].phase_calls, [1, 2]);
+        assert_eq!(spans.spans.len(), 3);
     }
 
     #[test]

@@ -14,7 +14,12 @@ pub mod units;
 #[cfg(test)]
 mod testutil;
 
+pub mod csv;
+pub mod trace;
+
+pub use csv::calls_csv;
 pub use flamegraph::{flamegraph_svg, PHASE_PALETTE};
 pub use folded::folded;
 pub use json::{from_json, parse_deep, to_json};
 pub use text::{render_tree, TextOptions};
+pub use trace::chrome_trace;

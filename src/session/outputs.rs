@@ -26,6 +26,8 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
         jobs.push((dir.join("tree.txt"), Kind::Tree));
         jobs.push((dir.join("phases.folded"), Kind::Folded));
         jobs.push((dir.join("phases.svg"), Kind::Svg));
+        jobs.push((dir.join("calls.csv"), Kind::Csv));
+        jobs.push((dir.join("trace.json"), Kind::Trace));
     }
     if let Some(p) = &out.json {
         jobs.push((p.clone(), Kind::Json));
@@ -35,6 +37,12 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
     }
     if let Some(p) = &out.flamegraph {
         jobs.push((p.clone(), Kind::Svg));
+    }
+    if let Some(p) = &out.events {
+        jobs.push((p.clone(), Kind::Csv));
+    }
+    if let Some(p) = &out.trace {
+        jobs.push((p.clone(), Kind::Trace));
     }
     let mut first_err = None;
     for (path, kind) in jobs {
@@ -57,6 +65,10 @@ pub enum Kind {
     Folded,
     /// Phase flamegraph.
     Svg,
+    /// Per-root-call CSV.
+    Csv,
+    /// Chrome/Perfetto trace JSON.
+    Trace,
 }
 
 /// Renders `run` in `kind` into `w`.
@@ -75,6 +87,11 @@ pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
             let mut buf = Vec::new();
             render::flamegraph_svg(&render::folded(&run.tree), &title, &mut buf)?;
             w.write_all(&buf)?;
+        }
+        Kind::Csv => w.write_all(render::calls_csv(run).as_bytes())?,
+        Kind::Trace => {
+            serde_json::to_writer(&mut *w, &render::chrome_trace(run))?;
+            writeln!(w)?;
         }
     }
     Ok(())

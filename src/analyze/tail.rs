@@ -1,0 +1,1 @@
+//! The tail split of `report --tail` and `--first` (being written).
