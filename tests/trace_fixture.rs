@@ -39,10 +39,6 @@ fn truth(out: &Output, key: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {key}= in {line}"))
 }
 
-fn mean_us(n: &serde_json::Value) -> f64 {
-    n["mean_ns"].as_f64().expect("mean_ns") / 1000.0
-}
-
 fn p50_us(n: &serde_json::Value) -> f64 {
     n["p50_ns"].as_f64().expect("p50_ns") / 1000.0
 }
