@@ -65,6 +65,16 @@ pub struct TraceArgs {
     /// are counted and still aggregated into the tree.
     #[arg(long, value_name = "N", default_value_t = crate::aggregate::DEFAULT_MAX_CALLS)]
     pub max_calls: usize,
+    /// Leave out calls that started during the first DURATION (warm-up).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub skip: Option<Duration>,
+    /// Append a snapshot of every node (JSON lines) to --snapshots each DURATION, so a long run
+    /// can be watched and cut.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, requires = "snapshots")]
+    pub interval: Option<Duration>,
+    /// Where --interval writes its JSON lines.
+    #[arg(long, value_name = "FILE.jsonl")]
+    pub snapshots: Option<PathBuf>,
 }
 
 /// Output files.

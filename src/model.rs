@@ -101,6 +101,8 @@ pub struct Counters {
     pub overflow: u64,
     /// Entries dropped: no stack could be allocated.
     pub no_stack: u64,
+    /// Spans left out because they started during `--skip`.
+    pub skipped_spans: u64,
 }
 
 /// The probe-cost estimate of the run.

@@ -412,3 +412,55 @@ fn a_tiny_ring_buffer_loses_events_visibly_and_the_tree_stays_consistent() {
         "every lost span is a counted row under its node"
     );
 }
+
+#[test]
+fn interval_snapshots_and_skip_bound_a_long_run() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let snaps = dir.path().join("s.jsonl");
+    let snaps_arg = snaps.display().to_string();
+    let (_, run) = record(
+        dir.path(),
+        &[
+            "--interval",
+            "100ms",
+            "--skip",
+            "100ms",
+            "--snapshots",
+            &snaps_arg,
+        ],
+        "writepath",
+        &["--iterations", "1500"],
+    );
+    // One JSON line per interval plus a final one; counts only grow.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&snaps)
+        .expect("snapshots")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    assert!(
+        lines.len() >= 3,
+        "{} snapshot lines for a ~0.45 s run",
+        lines.len()
+    );
+    let writes = |l: &serde_json::Value| {
+        l["nodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|n| n["path"] == "write_record")
+            .map_or(0, |n| u(n, "count"))
+    };
+    assert!(lines.windows(2).all(|w| writes(&w[0]) <= writes(&w[1])));
+    let skipped = u(&run["counters"], "skipped_spans");
+    let kept = u(node(&run, &["write_record"]), "count");
+    assert!(skipped > 0, "nothing skipped in the first 100 ms");
+    assert!(kept < 1500 && kept > 500, "kept {kept} of 1500 writes");
+    // Every phase of a write is either kept or skipped with it (one boundary call per thread).
+    let enc = u(node(&run, &["write_record", "encode_record"]), "count");
+    assert!(enc.abs_diff(kept) <= 1, "encode {enc} vs write {kept}");
+    assert_eq!(run["calls"]["total_calls"], kept);
+}

@@ -47,6 +47,24 @@ pub struct Aggregator {
     nested_same: NodeMap<bool>,
     calls: Option<CallRecorder>,
     events: u64,
+    /// Spans that started before this CLOCK_MONOTONIC time are not aggregated (`--skip`).
+    skip_before_ns: u64,
+    skipped: u64,
+}
+
+/// One node's cumulative figures at a point of a run (`--interval` snapshots).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeSnapshot {
+    /// Phase names from the root, joined by `/`.
+    pub path: String,
+    /// Completed calls so far.
+    pub count: u64,
+    /// Their total time, ns.
+    pub total_ns: u64,
+    /// Median call, ns.
+    pub p50_ns: u64,
+    /// 99th percentile call, ns.
+    pub p99_ns: u64,
 }
 
 /// What BPF could not turn into spans, read from its maps when the run ends.
@@ -193,6 +211,10 @@ impl Aggregator {
                 },
             );
         } else if ev.kind == EventKind::Span as u32 {
+            if ev.start_ns < self.skip_before_ns {
+                self.skipped += 1;
+                return;
+            }
             if let Some(c) = &mut self.calls {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
             }
@@ -207,6 +229,43 @@ impl Aggregator {
     /// Events added so far.
     pub fn events(&self) -> u64 {
         self.events
+    }
+
+    /// Drops spans that started before `monotonic_ns` (warm-up excluded by `--skip`).
+    pub fn skip_before(&mut self, monotonic_ns: u64) {
+        self.skip_before_ns = monotonic_ns;
+    }
+
+    /// Spans dropped by [`Aggregator::skip_before`].
+    pub fn skipped(&self) -> u64 {
+        self.skipped
+    }
+
+    /// Cumulative figures of every node seen so far, by path, in path order.
+    pub fn snapshot(&self, names: &[String]) -> Vec<NodeSnapshot> {
+        let path_of = |mut node: u64| {
+            let mut parts = Vec::new();
+            for _ in 0..=wprof_common::MAX_DEPTH {
+                let Some(d) = self.defs.get(&node) else { break };
+                parts.push(names.get(d.phase as usize).map_or("?", String::as_str));
+                node = d.parent;
+            }
+            parts.reverse();
+            parts.join("/")
+        };
+        let mut out: Vec<NodeSnapshot> = self
+            .stats
+            .iter()
+            .map(|(&node, s)| NodeSnapshot {
+                path: path_of(node),
+                count: s.count,
+                total_ns: s.total_ns,
+                p50_ns: s.hist.value_at_quantile(0.5),
+                p99_ns: s.hist.value_at_quantile(0.99),
+            })
+            .collect();
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        out
     }
 
     /// Whether `node` or one of its ancestors is `phase` (bounded by the BPF stack depth).
@@ -404,6 +463,27 @@ mod tests {
         assert_eq!(calls.rows[0].phase_ns, [100, 70]);
         assert_eq!(calls.rows[0].phase_calls, [1, 2]);
         assert_eq!(spans.spans.len(), 3);
+    }
+
+    #[test]
+    fn skip_drops_early_spans_and_snapshots_name_paths() {
+        let mut a = Aggregator::new();
+        a.skip_before(1_000);
+        a.add(&def(1, 0, 0));
+        a.add(&def(2, 1, 1));
+        let mut early = span(2, 1, 10, 0);
+        early.start_ns = 999;
+        let mut late = span(2, 1, 20, 0);
+        late.start_ns = 1_000;
+        a.add(&early);
+        a.add(&late);
+        assert_eq!(a.skipped(), 1);
+        let snap = a.snapshot(&["w".into(), "e".into()]);
+        assert_eq!(snap.len(), 1);
+        assert_eq!(
+            (snap[0].path.as_str(), snap[0].count, snap[0].total_ns),
+            ("w/e", 1, 20)
+        );
     }
 
     #[test]

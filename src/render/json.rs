@@ -285,6 +285,8 @@ struct CountersJ {
     open_at_end: u64,
     overflow: u64,
     no_stack: u64,
+    #[serde(default)]
+    skipped_spans: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -442,6 +444,7 @@ impl From<&Counters> for CountersJ {
             open_at_end: c.open_at_end,
             overflow: c.overflow,
             no_stack: c.no_stack,
+            skipped_spans: c.skipped_spans,
         }
     }
 }
@@ -458,6 +461,7 @@ impl From<CountersJ> for Counters {
             open_at_end: c.open_at_end,
             overflow: c.overflow,
             no_stack: c.no_stack,
+            skipped_spans: c.skipped_spans,
         }
     }
 }

@@ -190,6 +190,7 @@ pub fn sample_run() -> Run {
         open_at_end: 1,
         overflow: 0,
         no_stack: 0,
+        skipped_spans: 0,
     };
     Run {
         provenance: Provenance {

@@ -6,6 +6,7 @@
 
 mod child;
 mod outputs;
+mod snapshots;
 mod trace_loop;
 
 use anyhow::{Context, Result};
@@ -61,14 +62,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     let started = std::time::SystemTime::now();
     let mut watch = Watch::pids(a.pid.clone(), a.trace.duration);
     let names = phase_names(&profile);
-    let (agg, end, reason, traced) = run(
-        &mut tracer,
-        &phases,
-        &names,
-        a.trace.max_calls,
-        &mut watch,
-        a.trace.quiet,
-    )?;
+    let (agg, end, reason, traced) = run(&mut tracer, &phases, &names, &a.trace, &mut watch)?;
     let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
     run.provenance.pids = a.pid.clone();
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
@@ -104,14 +98,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let pid = child.pid();
     let mut watch = Watch::child(child, r.trace.duration);
     let names = phase_names(&profile);
-    let (agg, end, reason, traced) = run(
-        &mut tracer,
-        &phases,
-        &names,
-        r.trace.max_calls,
-        &mut watch,
-        r.trace.quiet,
-    )?;
+    let (agg, end, reason, traced) = run(&mut tracer, &phases, &names, &r.trace, &mut watch)?;
     let status = watch.finish()?;
     let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
     run.provenance.pids = vec![pid];
@@ -194,17 +181,34 @@ fn run(
     tracer: &mut Tracer,
     phases: &[ResolvedPhase],
     names: &[String],
-    max_calls: usize,
+    t: &TraceArgs,
     watch: &mut Watch,
-    quiet: bool,
 ) -> Result<(Aggregator, EndState, EndReason, std::time::Duration)> {
     let mut collector = Collector::new(tracer)?;
-    let mut agg = Aggregator::with_calls(names, max_calls, DEFAULT_MAX_SPANS);
+    let mut agg = Aggregator::with_calls(names, t.max_calls, DEFAULT_MAX_SPANS);
+    if let Some(skip) = t.skip {
+        agg.skip_before(monotonic_ns() + skip.as_nanos() as u64);
+    }
+    let mut snapshots = match (&t.snapshots, t.interval) {
+        (Some(path), Some(every)) => {
+            Some(snapshots::Snapshots::create(path, every, names.to_vec())?)
+        }
+        _ => None,
+    };
     let t0 = std::time::Instant::now();
-    let reason = trace_loop::run(&mut collector, &mut agg, watch, !quiet)?;
+    let reason = trace_loop::run(
+        &mut collector,
+        &mut agg,
+        watch,
+        snapshots.as_mut(),
+        !t.quiet,
+    )?;
     let traced = t0.elapsed();
     tracer.detach();
     collector.drain(|e| agg.add(e));
+    if let Some(s) = snapshots.as_mut() {
+        s.write(&agg)?;
+    }
     let end = read_end_state(tracer, phases.len()).context("read the final counters from BPF")?;
     Ok((agg, end, reason, traced))
 }
@@ -221,6 +225,7 @@ fn build_run(
     let names = phase_names(profile);
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
     let events = agg.events();
+    let skipped_spans = agg.skipped();
     let (tree, calls, spans) = agg.finish_all(&names, &roles, &end.nodes);
 
     let mut infos = Vec::new();
@@ -285,6 +290,7 @@ fn build_run(
         open_at_end: end.nodes.open.values().sum(),
         overflow: end.counter(counter::OVERFLOW),
         no_stack: end.counter(counter::NO_STACK),
+        skipped_spans,
     };
     let started_unix = started
         .duration_since(std::time::UNIX_EPOCH)
@@ -317,6 +323,17 @@ fn build_run(
         spans,
         tree,
     }
+}
+
+/// CLOCK_MONOTONIC now, ns: the clock of bpf_ktime_get_ns and so of every span.
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn phase_names(profile: &Profile) -> Vec<String> {

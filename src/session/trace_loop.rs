@@ -118,6 +118,7 @@ pub fn run(
     collector: &mut Collector,
     agg: &mut Aggregator,
     watch: &mut Watch,
+    mut snapshots: Option<&mut super::snapshots::Snapshots>,
     progress: bool,
 ) -> Result<EndReason> {
     let progress = progress && std::io::stderr().is_terminal();
@@ -132,6 +133,9 @@ pub fn run(
         // SAFETY: one valid pollfd; EINTR (a signal) just ends this wait early.
         unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
         collector.drain(|e| agg.add(e));
+        if let Some(s) = snapshots.as_deref_mut() {
+            s.tick(agg)?;
+        }
         if let Some(r) = watch.check() {
             break r;
         }
