@@ -312,3 +312,28 @@ fn the_postgres_profile_resolves_against_debians_stripped_binary() {
         assert!(row.ends_with("resolved"), "{row}");
     }
 }
+
+#[test]
+fn record_exits_with_the_commands_status() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    // The fixture exits 2 on an unknown option; wprof itself succeeded, so it passes the 2 on.
+    let o = run(wprof()
+        .args(["record", "-q", "--target", "fixture", "--"])
+        .arg(fixture("writepath"))
+        .arg("--no-such-option"));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no-such-option"),
+        "{}",
+        text(&o)
+    );
+    // A command that does not exist is wprof's own usage error.
+    expect_error(
+        wprof().args(["record", "--target", "fixture", "--", "/nonexistent/prog"]),
+        2,
+        &["not found"],
+    );
+}
