@@ -4,4 +4,6 @@
 
 pub mod check;
 pub mod compare;
+pub mod hypothesis;
+pub mod stats;
 pub mod tail;
