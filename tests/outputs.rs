@@ -1,0 +1,193 @@
+//! Privileged tests of the per-call outputs on real probes: `--events` (CSV) and `--trace`
+//! (Chrome trace, validated against docs/chrome-trace.schema.json), and their re-rendering by
+//! `wprof report`.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::*;
+
+/// Validates `doc` against docs/chrome-trace.schema.json with python3's jsonschema. A missing
+/// python3 or jsonschema fails the test (Perfetto's trace_processor cannot run offline).
+fn validate_trace(doc: &str) {
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let probe = run(Command::new(python).args(["-c", "import jsonschema"]));
+    assert!(
+        probe.status.success(),
+        "{python} has no jsonschema module: {}",
+        text(&probe)
+    );
+    const SCRIPT: &str = r#"
+import json, sys, jsonschema
+schema = json.load(open(sys.argv[1]))
+jsonschema.Draft202012Validator.check_schema(schema)
+doc = json.load(sys.stdin)
+errors = list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
+for e in errors[:20]:
+    print("/" + "/".join(map(str, e.path)) + ": " + e.message)
+sys.exit(1 if errors else 0)
+"#;
+    let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/chrome-trace.schema.json");
+    let mut child = Command::new(python)
+        .args(["-c", SCRIPT, schema])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(doc.as_bytes())
+        .expect("write to python3");
+    let out = child.wait_with_output().expect("wait for python3");
+    assert!(
+        out.status.success(),
+        "the trace does not validate against docs/chrome-trace.schema.json:\n{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn events_csv_and_trace_of_a_recorded_run() {
+    if !bpf_available() {
+        return;
+    }
+    let _lock = bpf_lock();
+    let dir = tempdir();
+    let (csv_path, trace_path, json_path) = (
+        dir.path().join("calls.csv"),
+        dir.path().join("trace.json"),
+        dir.path().join("run.json"),
+    );
+    let out = run(wprof()
+        .args(["record", "-q", "--target", "fixture", "--events"])
+        .arg(&csv_path)
+        .arg("--trace")
+        .arg(&trace_path)
+        .arg("--json")
+        .arg(&json_path)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "50", "--recurse-depth", "3"]));
+    assert!(out.status.success(), "wprof record failed:\n{}", text(&out));
+
+    // The CSV: a header and one row per write_record call, every row as wide as the header.
+    let csv = std::fs::read_to_string(&csv_path).expect("read the CSV");
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().expect("CSV header").split(',').collect();
+    assert_eq!(header[..5], ["start_us", "pid", "tid", "root", "total_us"]);
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
+    let (total, wr, rc, root) = (
+        col("total_us"),
+        col("write_record_us"),
+        col("recurse_phase_calls"),
+        col("root"),
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 50, "{csv}");
+    for (i, r) in rows.iter().enumerate() {
+        assert_eq!(r.len(), header.len(), "row {i}: {r:?}");
+        assert_eq!(r[root], "write_record", "row {i}");
+        let t: f64 = r[total].parse().expect("total_us");
+        let w: f64 = r[wr].parse().expect("write_record_us");
+        assert!(
+            t > 0.0 && (t - w).abs() <= 0.001,
+            "row {i}: total {t}, write_record {w}"
+        );
+        assert_eq!(r[rc], "3", "row {i}: recurse_phase_calls");
+        for (h, v) in header.iter().zip(r) {
+            if h.ends_with("_us") {
+                v.parse::<f64>()
+                    .unwrap_or_else(|_| panic!("row {i}: {h} = {v:?}"));
+                assert_eq!(v.split('.').nth(1).map(str::len), Some(3), "{h} = {v}");
+            }
+        }
+    }
+
+    // The trace: valid against the schema, 50 write_record roots, every child inside a parent.
+    let trace_text = std::fs::read_to_string(&trace_path).expect("read the trace");
+    validate_trace(&trace_text);
+    let trace: serde_json::Value = serde_json::from_str(&trace_text).expect("trace JSON");
+    assert_eq!(trace["otherData"]["spans_capped"], false);
+    let xs: Vec<&serde_json::Value> = trace["traceEvents"]
+        .as_array()
+        .expect("traceEvents")
+        .iter()
+        .filter(|e| e["ph"] == "X")
+        .collect();
+    let f = |e: &serde_json::Value, k: &str| e[k].as_f64().unwrap_or_else(|| panic!("{k} in {e}"));
+    let depth = |e: &serde_json::Value| e["args"]["depth"].as_u64().expect("depth");
+    assert_eq!(
+        xs.iter().filter(|e| e["name"] == "write_record").count(),
+        50
+    );
+    assert_eq!(
+        xs.iter().filter(|e| e["name"] == "recurse_phase").count(),
+        150
+    );
+    const EPS: f64 = 1e-6;
+    for c in xs.iter().filter(|e| depth(e) > 0) {
+        let (ts, end) = (f(c, "ts"), f(c, "ts") + f(c, "dur"));
+        assert!(
+            xs.iter().any(|p| p["tid"] == c["tid"]
+                && p["pid"] == c["pid"]
+                && depth(p) + 1 == depth(c)
+                && f(p, "ts") <= ts + EPS
+                && end <= f(p, "ts") + f(p, "dur") + EPS),
+            "{c} lies in no event of depth {} on its thread",
+            depth(c) - 1
+        );
+    }
+    // Sorted by (pid, tid, ts, -dur): a parent comes before its children.
+    for w in xs.windows(2) {
+        let key = |e: &serde_json::Value| {
+            (
+                e["pid"].as_u64().unwrap(),
+                e["tid"].as_u64().unwrap(),
+                f(e, "ts"),
+                -f(e, "dur"),
+            )
+        };
+        assert!(
+            key(w[0]) <= key(w[1]),
+            "out of order: {} then {}",
+            w[0],
+            w[1]
+        );
+    }
+
+    // `report --format csv|trace` re-renders the saved run identically.
+    let rep = run(wprof()
+        .arg("report")
+        .arg(&json_path)
+        .args(["--format", "csv"]));
+    assert!(rep.status.success(), "{}", text(&rep));
+    assert!(
+        rep.stdout == csv.as_bytes(),
+        "report --format csv differs:\n{}",
+        text(&rep)
+    );
+    let rep = run(wprof()
+        .arg("report")
+        .arg(&json_path)
+        .args(["--format", "trace"]));
+    assert!(rep.status.success(), "{}", text(&rep));
+    assert!(
+        rep.stdout == trace_text.as_bytes(),
+        "report --format trace differs"
+    );
+}
