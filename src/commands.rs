@@ -118,6 +118,21 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         std::fs::read_to_string(&a.run).with_context(|| format!("read {}", a.run.display()))?;
     let run = render::from_json(&text)
         .with_context(|| format!("{} is not a wprof run", a.run.display()))?;
+    if a.tail.is_some() || a.first.is_some() {
+        use crate::analyze::tail;
+        let mut text = String::new();
+        if let Some(t) = &a.tail {
+            text.push_str(&tail::tail_report(&run, tail::parse_percentile(t)?));
+        }
+        if let Some(n) = a.first {
+            text.push_str(&tail::first_report(&run, n));
+        }
+        match &a.output {
+            Some(p) => std::fs::write(p, text).with_context(|| format!("write {}", p.display()))?,
+            None => print!("{text}"),
+        }
+        return Ok(0);
+    }
     let kind = match a.format {
         ReportFormat::Tree => session::OutputKind::Tree,
         ReportFormat::Json => session::OutputKind::Json,

@@ -1,10 +1,498 @@
-//! `wprof compare` (being written).
+//! `wprof compare`: two runs, node by node (docs/compare.md).
+//!
+//! Nodes are aligned by their path of phase names or roles ([`align`]); per node the base and
+//! new figures, the relative change of the mean and Welch's t-test on the means. A change is
+//! *significant* only when p < 0.01 **and** |change| ≥ `--min-effect`. `--fail-if`
+//! thresholds ([`threshold`]) turn the comparison into a CI gate (exit 3).
 
-use anyhow::Result;
+use std::fmt::Write as _;
+use std::path::Path;
 
-use crate::args::CompareArgs;
+use anyhow::{Context, Result};
+use serde_json::{json, Value};
+
+use crate::analyze::align::{key_tree, relative, union_order, welch_p, Keyed, NodeStats};
+use crate::analyze::tail;
+use crate::analyze::threshold::{self, Stat, Target, Threshold};
+use crate::args::{AlignBy, CompareArgs};
+use crate::error::{exit, WprofError};
+use crate::model::Run;
+use crate::render::units::{format_ns, format_share};
+
+/// p-value below which a difference of means counts as statistically significant.
+pub const ALPHA: f64 = 0.01;
+
+/// One aligned node of a comparison.
+#[derive(Debug, Clone)]
+pub struct Row {
+    /// The key path (names or roles).
+    pub key: Vec<String>,
+    /// Base figures, if the node is in the base run.
+    pub base: Option<NodeStats>,
+    /// New figures, if the node is in the new run.
+    pub new: Option<NodeStats>,
+    /// Relative change of the mean (new / base - 1), when in both.
+    pub delta_mean: Option<f64>,
+    /// Welch's p-value on the means, when in both with ≥ 2 calls each.
+    pub p_value: Option<f64>,
+    /// p < [`ALPHA`] and |delta_mean| ≥ min_effect.
+    pub significant: bool,
+}
+
+/// A whole comparison.
+#[derive(Debug, Clone)]
+pub struct Comparison {
+    /// Aligned nodes, depth-first.
+    pub rows: Vec<Row>,
+    /// Root calls of the base run.
+    pub base_root_calls: u64,
+    /// Root calls of the new run.
+    pub new_root_calls: u64,
+    /// The base run keyed.
+    pub base: Keyed,
+    /// The new run keyed.
+    pub new: Keyed,
+}
+
+/// Aligns two runs and tests every node present in both.
+pub fn compare(base: &Run, new: &Run, by: AlignBy, min_effect: f64) -> Comparison {
+    let kb = key_tree(&base.tree, by);
+    let kn = key_tree(&new.tree, by);
+    let rows = union_order(&kb, &kn)
+        .into_iter()
+        .map(|key| {
+            let b = kb.nodes.get(&key).cloned();
+            let n = kn.nodes.get(&key).cloned();
+            let (delta_mean, p_value) = match (&b, &n) {
+                (Some(b), Some(n)) if b.count > 0 && n.count > 0 => (
+                    Some(relative(b.mean_ns(), n.mean_ns())),
+                    welch_p(
+                        b.mean_ns(),
+                        b.stdev_ns(),
+                        b.count,
+                        n.mean_ns(),
+                        n.stdev_ns(),
+                        n.count,
+                    ),
+                ),
+                _ => (None, None),
+            };
+            let significant = matches!((p_value, delta_mean), (Some(p), Some(d)) if p < ALPHA && d.abs() >= min_effect);
+            Row {
+                key,
+                base: b,
+                new: n,
+                delta_mean,
+                p_value,
+                significant,
+            }
+        })
+        .collect();
+    Comparison {
+        rows,
+        base_root_calls: kb.root_calls,
+        new_root_calls: kn.root_calls,
+        base: kb,
+        new: kn,
+    }
+}
+
+/// The value of a statistic for a node of a run with `root_calls` root calls.
+fn stat_value(s: &NodeStats, stat: Stat, root_calls: u64) -> f64 {
+    let per_call = |v: u64| {
+        if root_calls == 0 {
+            0.0
+        } else {
+            v as f64 / root_calls as f64
+        }
+    };
+    match stat {
+        Stat::Mean => s.mean_ns(),
+        Stat::P50 => s.quantile_ns(0.5) as f64,
+        Stat::P99 => s.quantile_ns(0.99) as f64,
+        Stat::Count => s.count as f64,
+        Stat::Total => per_call(s.total_ns),
+        Stat::SelfTime => per_call(s.self_ns),
+    }
+}
+
+/// Evaluates a threshold: `Ok(Some(message))` when crossed, `Ok(None)` when not, `Err` when
+/// its node is in neither run.
+pub fn evaluate(c: &Comparison, t: &Threshold) -> Result<Option<String>, String> {
+    let (b, n) = match &t.target {
+        Target::Total => (c.base.total.as_ref(), c.new.total.as_ref()),
+        Target::Path(p) => (c.base.nodes.get(p), c.new.nodes.get(p)),
+    };
+    match (b, n) {
+        (None, None) => {
+            let known: Vec<String> = c.rows.iter().map(|r| r.key.join("/")).collect();
+            Err(format!(
+                "--fail-if '{}': no node {} in either run; nodes are: total, {}",
+                t.expr,
+                match &t.target {
+                    Target::Total => "total".to_string(),
+                    Target::Path(p) => p.join("/"),
+                },
+                known.join(", ")
+            ))
+        }
+        (Some(_), None) | (None, Some(_)) => Ok(Some(format!(
+            "{}: the node is only in the {} run",
+            t.expr,
+            if b.is_some() { "base" } else { "new" }
+        ))),
+        (Some(b), Some(n)) => {
+            let vb = stat_value(b, t.stat, c.base_root_calls);
+            let vn = stat_value(n, t.stat, c.new_root_calls);
+            let d = relative(vb, vn);
+            let fmt = |v: f64| {
+                if t.stat == Stat::Count {
+                    format!("{v:.0}")
+                } else {
+                    format_ns(v)
+                }
+            };
+            Ok(t.crossed(d).then(|| {
+                format!(
+                    "{}: {} {} -> {} ({})",
+                    t.expr,
+                    t.stat,
+                    fmt(vb),
+                    fmt(vn),
+                    signed_share(d)
+                )
+            }))
+        }
+    }
+}
+
+fn signed_share(d: f64) -> String {
+    if d.is_infinite() {
+        "new".to_string()
+    } else if d >= 0.0 {
+        format!("+{}", format_share(d))
+    } else {
+        format_share(d)
+    }
+}
+
+fn usage(msg: String) -> anyhow::Error {
+    WprofError::Usage(msg).into()
+}
+
+fn read_run(path: &Path) -> Result<Run> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
+    crate::render::from_json(&text)
+        .map_err(|e| usage(format!("{} is not a wprof run: {e:#}", path.display())))
+}
+
+/// Warns on stderr when an object probed in both runs has different build ids.
+fn warn_build_ids(base: &Run, new: &Run) {
+    for ob in &base.provenance.objects {
+        for on in &new.provenance.objects {
+            if ob.path == on.path && ob.build_id != on.build_id {
+                eprintln!(
+                    "wprof: warning: {} has build id {} in the base run and {} in the new run: \
+                     the binaries differ",
+                    ob.path,
+                    ob.build_id.as_deref().unwrap_or("(none)"),
+                    on.build_id.as_deref().unwrap_or("(none)")
+                );
+            }
+        }
+    }
+}
+
+/// The text table of a comparison.
+pub fn render_text(c: &Comparison, by: AlignBy, min_effect: f64) -> String {
+    let label = |r: &Row| {
+        let depth = r.key.len().saturating_sub(1);
+        let last = r.key.last().cloned().unwrap_or_default();
+        // With --by role, show which phases lined up.
+        let shown = match by {
+            AlignBy::Phase => last,
+            AlignBy::Role => {
+                let nb = r.base.as_ref().and_then(|s| s.names.last().cloned());
+                let nn = r.new.as_ref().and_then(|s| s.names.last().cloned());
+                match (nb, nn) {
+                    (Some(a), Some(b)) if a == b && a == last => last,
+                    (Some(a), Some(b)) if a == b => format!("{last} ({a})"),
+                    (Some(a), Some(b)) => format!("{last} ({a} | {b})"),
+                    (Some(a), None) | (None, Some(a)) if a != last => format!("{last} ({a})"),
+                    _ => last,
+                }
+            }
+        };
+        format!("{}{}", "  ".repeat(depth), shown)
+    };
+    let labels: Vec<String> = c.rows.iter().map(label).collect();
+    let w = labels
+        .iter()
+        .map(|l| l.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let per = |s: &Option<NodeStats>, f: &dyn Fn(&NodeStats) -> String| {
+        s.as_ref().map(f).unwrap_or_else(|| "-".to_string())
+    };
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<w$}  {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8}",
+        "node",
+        "count",
+        "",
+        "mean",
+        "",
+        "Δmean",
+        "p50",
+        "",
+        "p99",
+        "",
+        "total/rc",
+        "",
+        "self/rc",
+        "",
+        "p-value"
+    );
+    let _ = writeln!(
+        out,
+        "{:<w$}  {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8}",
+        "", "base", "new", "base", "new", "", "base", "new", "base", "new", "base", "new", "base", "new", ""
+    );
+    for (r, l) in c.rows.iter().zip(&labels) {
+        let cnt = |s: &NodeStats| s.count.to_string();
+        let mean = |s: &NodeStats| format_ns(s.mean_ns());
+        let p50 = |s: &NodeStats| format_ns(s.quantile_ns(0.5) as f64);
+        let p99 = |s: &NodeStats| format_ns(s.quantile_ns(0.99) as f64);
+        let tot_b = |s: &NodeStats| per_root(s.total_ns, c.base_root_calls);
+        let tot_n = |s: &NodeStats| per_root(s.total_ns, c.new_root_calls);
+        let self_b = |s: &NodeStats| per_root(s.self_ns, c.base_root_calls);
+        let self_n = |s: &NodeStats| per_root(s.self_ns, c.new_root_calls);
+        let delta = match (&r.base, &r.new, r.delta_mean) {
+            (_, _, Some(d)) => signed_share(d),
+            (Some(_), None, _) => "gone".to_string(),
+            (None, Some(_), _) => "new".to_string(),
+            _ => "-".to_string(),
+        };
+        let p = r
+            .p_value
+            .map(|p| {
+                if p < 1e-4 {
+                    "<1e-4".to_string()
+                } else {
+                    format!("{p:.4}")
+                }
+            })
+            .unwrap_or_else(|| "-".to_string());
+        let mark = if r.significant {
+            "  *"
+        } else if r.base.is_none() {
+            "  only in new"
+        } else if r.new.is_none() {
+            "  only in base"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            out,
+            "{l:<w$}  {:>8} {:>8}  {:>8} {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8} {:>8}  {:>8}{mark}",
+            per(&r.base, &cnt),
+            per(&r.new, &cnt),
+            per(&r.base, &mean),
+            per(&r.new, &mean),
+            delta,
+            per(&r.base, &p50),
+            per(&r.new, &p50),
+            per(&r.base, &p99),
+            per(&r.new, &p99),
+            per(&r.base, &tot_b),
+            per(&r.new, &tot_n),
+            per(&r.base, &self_b),
+            per(&r.new, &self_n),
+            p,
+        );
+    }
+    let sig = c.rows.iter().filter(|r| r.significant).count();
+    let _ = writeln!(
+        out,
+        "\n* significant: Welch p < {ALPHA} and |Δmean| ≥ {}. {sig} of {} nodes. \
+         total/rc and self/rc are per root call ({} base, {} new root calls).",
+        format_share(min_effect),
+        c.rows.len(),
+        c.base_root_calls,
+        c.new_root_calls
+    );
+    out
+}
+
+fn per_root(v: u64, root_calls: u64) -> String {
+    if root_calls == 0 {
+        "-".to_string()
+    } else {
+        format_ns(v as f64 / root_calls as f64)
+    }
+}
+
+fn stats_json(s: &Option<NodeStats>, root_calls: u64) -> Value {
+    match s {
+        None => Value::Null,
+        Some(s) => json!({
+            "count": s.count,
+            "mean_ns": s.mean_ns(),
+            "p50_ns": s.quantile_ns(0.5),
+            "p99_ns": s.quantile_ns(0.99),
+            "total_per_root_call_ns": if root_calls == 0 { 0.0 } else { s.total_ns as f64 / root_calls as f64 },
+            "self_per_root_call_ns": if root_calls == 0 { 0.0 } else { s.self_ns as f64 / root_calls as f64 },
+            "phases": s.names,
+        }),
+    }
+}
+
+/// The JSON document of `--json`.
+pub fn to_json(
+    c: &Comparison,
+    base: &Path,
+    new: &Path,
+    by: AlignBy,
+    min_effect: f64,
+    failed: &[String],
+) -> Value {
+    let nodes: Vec<Value> = c
+        .rows
+        .iter()
+        .map(|r| {
+            json!({
+                "path": r.key.join("/"),
+                "base": stats_json(&r.base, c.base_root_calls),
+                "new": stats_json(&r.new, c.new_root_calls),
+                "delta_mean": r.delta_mean.filter(|d| d.is_finite()),
+                "p_value": r.p_value,
+                "significant": r.significant,
+            })
+        })
+        .collect();
+    json!({
+        "base": base.display().to_string(),
+        "new": new.display().to_string(),
+        "by": match by { AlignBy::Phase => "phase", AlignBy::Role => "role" },
+        "min_effect": min_effect,
+        "base_root_calls": c.base_root_calls,
+        "new_root_calls": c.new_root_calls,
+        "nodes": nodes,
+        "failed": failed,
+    })
+}
+
+/// The differential folded file: `stack base_self_ns new_self_ns` per line, the format of
+/// inferno's (and flamegraph.pl's) differential flame graphs.
+pub fn folded_diff(c: &Comparison) -> String {
+    let mut out = String::new();
+    for r in &c.rows {
+        let b = r.base.as_ref().map_or(0, |s| s.self_ns);
+        let n = r.new.as_ref().map_or(0, |s| s.self_ns);
+        if b == 0 && n == 0 {
+            continue;
+        }
+        let stack: Vec<String> = r.key.iter().map(|k| k.replace([';', ' '], "_")).collect();
+        let _ = writeln!(out, "{} {b} {n}", stack.join(";"));
+    }
+    out
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+}
 
 /// Runs `wprof compare`.
-pub fn run(_a: CompareArgs) -> Result<i32> {
-    anyhow::bail!("wprof compare is not implemented yet")
+pub fn run(a: CompareArgs) -> Result<i32> {
+    let min_effect = threshold::parse_percent(&a.min_effect).ok_or_else(|| {
+        usage(format!(
+            "--min-effect '{}': expected a percentage such as 5%",
+            a.min_effect
+        ))
+    })?;
+    let thresholds = a
+        .fail_if
+        .iter()
+        .map(|e| threshold::parse(e).map_err(usage))
+        .collect::<Result<Vec<_>>>()?;
+    let tail_pct = a.tail.as_deref().map(tail::parse_percentile).transpose()?;
+    let base = read_run(&a.base)?;
+    let new = read_run(&a.new)?;
+    warn_build_ids(&base, &new);
+
+    let c = compare(&base, &new, a.by, min_effect);
+    if !c.rows.iter().any(|r| r.base.is_some() && r.new.is_some()) {
+        let names = |k: &Keyed| {
+            let roots: Vec<String> = k
+                .order
+                .iter()
+                .filter(|p| p.len() == 1)
+                .map(|p| p[0].clone())
+                .collect();
+            if roots.is_empty() {
+                "(no calls)".to_string()
+            } else {
+                roots.join(", ")
+            }
+        };
+        let hint = match a.by {
+            AlignBy::Phase => " (runs of different profiles line up with --by role)",
+            AlignBy::Role => "",
+        };
+        return Err(usage(format!(
+            "{} and {} have no {} in common: base roots are {}, new roots are {}{hint}",
+            a.base.display(),
+            a.new.display(),
+            match a.by {
+                AlignBy::Phase => "phase path",
+                AlignBy::Role => "role path",
+            },
+            names(&c.base),
+            names(&c.new),
+        )));
+    }
+
+    let mut failed = Vec::new();
+    let mut messages = Vec::new();
+    for t in &thresholds {
+        if let Some(m) = evaluate(&c, t).map_err(usage)? {
+            failed.push(t.expr.clone());
+            messages.push(m);
+        }
+    }
+
+    let mut text = render_text(&c, a.by, min_effect);
+    if let Some(p) = tail_pct {
+        let _ = write!(
+            text,
+            "\n== base: {}\n{}\n== new: {}\n{}",
+            a.base.display(),
+            tail::tail_report(&base, p),
+            a.new.display(),
+            tail::tail_report(&new, p)
+        );
+    }
+    for m in &messages {
+        let _ = writeln!(text, "FAILED {m}");
+    }
+    if !thresholds.is_empty() && messages.is_empty() {
+        let _ = writeln!(text, "All {} thresholds passed.", thresholds.len());
+    }
+    print!("{text}");
+
+    if let Some(p) = &a.json {
+        let v = to_json(&c, &a.base, &a.new, a.by, min_effect, &failed);
+        write_file(p, &format!("{}\n", serde_json::to_string_pretty(&v)?))?;
+    }
+    if let Some(p) = &a.folded_diff {
+        write_file(p, &folded_diff(&c))?;
+    }
+    Ok(if failed.is_empty() {
+        exit::OK
+    } else {
+        exit::CHECK_FAILED
+    })
 }

@@ -2,8 +2,10 @@
 //! verdicts) and the tail split of `report --tail`. In: [`crate::model::Run`]s read from JSON.
 //! Out: tables, JSON and exit codes. Nothing here touches BPF.
 
+pub mod align;
 pub mod check;
 pub mod compare;
 pub mod hypothesis;
 pub mod stats;
 pub mod tail;
+pub mod threshold;

@@ -1,0 +1,369 @@
+//! `wprof compare` and `report --tail/--first` on real runs of the writepath fixture (and, for
+//! bad input, on files that are not runs).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{bpf_available, bpf_lock, fixture, run, tempdir, text, wprof};
+
+const COMPRESS: &str = "write_record/persist_block/compress_block";
+const FLUSH: &str = "write_record/persist_block/flush_block";
+
+/// Records the fixture with `target` and the fixture args into `out`.
+fn record(target: &str, out: &Path, args: &[&str]) {
+    let prog = fixture("writepath");
+    let o = run(wprof()
+        .args(["record", "-q", "--target", target, "--json"])
+        .arg(out)
+        .arg("--")
+        .arg(&prog)
+        .args(args));
+    assert!(o.status.success(), "record failed: {}", text(&o));
+}
+
+/// Fast runs: every phase but the two under test short.
+fn args(compress: &str, flush: &str) -> Vec<String> {
+    [
+        "--iterations",
+        "400",
+        "--compress-us",
+        compress,
+        "--flush-us",
+        flush,
+        "--sync-us",
+        "10",
+        "--encode-us",
+        "2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn rec(dir: &Path, name: &str, target: &str, a: &[String]) -> PathBuf {
+    let p = dir.join(name);
+    let a: Vec<&str> = a.iter().map(String::as_str).collect();
+    record(target, &p, &a);
+    p
+}
+
+fn compare(base: &Path, new: &Path, extra: &[&str]) -> (std::process::Output, serde_json::Value) {
+    let dir = tempdir();
+    let j = dir.path().join("cmp.json");
+    let o = run(wprof()
+        .arg("compare")
+        .arg(base)
+        .arg(new)
+        .arg("--json")
+        .arg(&j)
+        .args(extra));
+    let v = std::fs::read_to_string(&j)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    (o, v)
+}
+
+fn node<'a>(v: &'a serde_json::Value, path: &str) -> &'a serde_json::Value {
+    v["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .find(|n| n["path"] == path)
+        .unwrap_or_else(|| panic!("no node {path} in {v:#}"))
+}
+
+#[test]
+fn slowdown_is_significant_and_noise_is_not_stably() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    for i in 0..3 {
+        let base = rec(
+            dir.path(),
+            &format!("base{i}.json"),
+            "fixture",
+            &args("20", "100"),
+        );
+        let new = rec(
+            dir.path(),
+            &format!("new{i}.json"),
+            "fixture",
+            &args("24", "101"),
+        );
+        let (o, v) = compare(&base, &new, &[]);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        let c = node(&v, COMPRESS);
+        assert_eq!(
+            c["significant"],
+            true,
+            "round {i}: 20% not flagged: {c}\n{}",
+            text(&o)
+        );
+        let d = c["delta_mean"].as_f64().unwrap();
+        assert!((0.12..0.28).contains(&d), "round {i}: delta {d}");
+        let f = node(&v, FLUSH);
+        assert_eq!(
+            f["significant"],
+            false,
+            "round {i}: 1% flagged: {f}\n{}",
+            text(&o)
+        );
+        assert!(String::from_utf8_lossy(&o.stdout).contains("compress_block"));
+    }
+}
+
+#[test]
+fn fail_if_thresholds_exit_codes_and_outputs() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let base = rec(dir.path(), "base.json", "fixture", &args("20", "100"));
+    let new = rec(dir.path(), "new.json", "fixture", &args("24", "100"));
+
+    let expr = format!("{COMPRESS}.mean > +10%");
+    let (o, v) = compare(&base, &new, &["--fail-if", &expr]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert_eq!(v["failed"][0], expr.as_str());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("FAILED"));
+
+    let loose = format!("{COMPRESS}.mean > +50%");
+    let (o, v) = compare(
+        &base,
+        &new,
+        &["--fail-if", &loose, "--fail-if", "total.p99 > +50%"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(v["failed"].as_array().unwrap().len(), 0);
+    assert_eq!(v["by"], "phase");
+
+    // Differential folded file: "stack base new" per line.
+    let folded = dir.path().join("diff.folded");
+    let o = run(wprof()
+        .arg("compare")
+        .arg(&base)
+        .arg(&new)
+        .arg("--folded-diff")
+        .arg(&folded)
+        .args(["--tail", "p95"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let f = std::fs::read_to_string(&folded).unwrap();
+    let line = f
+        .lines()
+        .find(|l| l.starts_with("write_record;persist_block;compress_block "))
+        .unwrap_or_else(|| panic!("no compress line in\n{f}"));
+    let nums: Vec<u64> = line
+        .split(' ')
+        .skip(1)
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(nums.len(), 2, "{line}");
+    assert!(nums[1] > nums[0], "{line}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Tail split at p95"), "{out}");
+
+    // report --tail / --first on the same run.
+    let o = run(wprof().arg("report").arg(&new).args(["--tail", "p90"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("Tail split at p90"), "{out}");
+    assert!(out.contains("flush_block"), "{out}");
+    let o = run(wprof().arg("report").arg(&new).args(["--first", "5"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("First 5 root calls"));
+    let o = run(wprof().arg("report").arg(&new).args(["--tail", "p200"]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+}
+
+const RENAMED: &str = r#"
+name = "fixture-renamed"
+description = "the fixture's functions under other phase names, same roles"
+object = "exe"
+
+[[phase]]
+name = "put"
+symbol = "write_record"
+role = "insert"
+
+[[phase]]
+name = "serialize"
+symbol = "encode_record"
+role = "encode"
+
+[[phase]]
+name = "store"
+symbol = "persist_block"
+role = "io"
+
+[[phase]]
+name = "squeeze"
+symbol = "compress_block"
+role = "encode"
+
+[[phase]]
+name = "writeout"
+symbol = "flush_block"
+role = "io"
+
+[[phase]]
+name = "log"
+symbol = "wal_append"
+role = "wal"
+
+[[phase]]
+name = "log_sync"
+symbol = "wal_sync"
+role = "wal"
+"#;
+
+#[test]
+fn by_role_lines_up_two_profiles() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let toml = dir.path().join("renamed.toml");
+    std::fs::write(&toml, RENAMED).unwrap();
+    let base = rec(dir.path(), "base.json", "fixture", &args("20", "100"));
+    let new = rec(
+        dir.path(),
+        "new.json",
+        toml.to_str().unwrap(),
+        &args("24", "100"),
+    );
+
+    // By phase, nothing lines up.
+    let (o, _) = compare(&base, &new, &[]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("no phase path in common"), "{err}");
+    assert!(err.contains("--by role"), "{err}");
+
+    let (o, v) = compare(&base, &new, &["--by", "role"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert_eq!(v["by"], "role");
+    let c = node(&v, "insert/io/encode");
+    assert_eq!(c["base"]["count"], 400, "{c}");
+    assert_eq!(c["new"]["count"], 400, "{c}");
+    assert_eq!(c["significant"], true, "{c}");
+    let w = node(&v, "insert/wal/wal");
+    assert!(w["new"]["count"].as_u64().unwrap() == 400, "{w}");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("compress_block | squeeze"), "{out}");
+}
+
+/// A synthetic run JSON with one root `name` of `n` calls of `ns` each.
+fn synthetic(name: &str, n: u64, ns: u64, build_id: &str) -> String {
+    use wprof::aggregate::TreeNode;
+    use wprof::model::{ObjectInfo, Run};
+    let mut root = TreeNode::empty(0, name.to_string(), None);
+    root.count = n;
+    root.total_ns = n * ns;
+    root.self_ns = n * ns;
+    for _ in 0..n {
+        root.hist.record(ns).unwrap();
+    }
+    let mut r = Run::default();
+    r.tree.roots.push(root);
+    r.provenance.objects.push(ObjectInfo {
+        path: "/bin/x".into(),
+        build_id: Some(build_id.into()),
+    });
+    serde_json::to_string(&wprof::render::to_json(&r)).unwrap()
+}
+
+fn expect_usage(o: &std::process::Output, needle: &str) {
+    assert_eq!(o.status.code(), Some(2), "{}", text(o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains(needle), "stderr lacks {needle:?}: {}", text(o));
+}
+
+#[test]
+fn bad_input_is_a_usage_error() {
+    let dir = tempdir();
+    let p = |n: &str| dir.path().join(n);
+    let good = synthetic("write_record", 100, 1000, "aa");
+    std::fs::write(p("good.json"), &good).unwrap();
+    std::fs::write(p("trunc.json"), &good[..good.len() / 2]).unwrap();
+    std::fs::write(
+        p("other.json"),
+        r#"{"traceEvents": [], "displayTimeUnit": "ns"}"#,
+    )
+    .unwrap();
+    std::fs::write(p("disjoint.json"), synthetic("scan", 100, 1000, "aa")).unwrap();
+    std::fs::write(
+        p("rebuilt.json"),
+        synthetic("write_record", 100, 1000, "bb"),
+    )
+    .unwrap();
+    let cmp = |a: &str, b: &str, extra: &[&str]| {
+        run(wprof().arg("compare").arg(p(a)).arg(p(b)).args(extra))
+    };
+
+    expect_usage(
+        &cmp("good.json", "trunc.json", &[]),
+        "trunc.json is not a wprof run",
+    );
+    expect_usage(
+        &cmp("other.json", "good.json", &[]),
+        "other.json is not a wprof run",
+    );
+    expect_usage(&cmp("good.json", "missing.json", &[]), "cannot read");
+    expect_usage(
+        &cmp("good.json", "good.json", &["--fail-if", "total.p98 > 10%"]),
+        "--fail-if 'total.p98 > 10%'",
+    );
+    expect_usage(
+        &cmp(
+            "good.json",
+            "good.json",
+            &["--fail-if", "total.mean >> 10%"],
+        ),
+        "--fail-if 'total.mean >> 10%'",
+    );
+    expect_usage(
+        &cmp(
+            "good.json",
+            "good.json",
+            &["--fail-if", "nowhere.mean > 10%"],
+        ),
+        "no node nowhere",
+    );
+    expect_usage(
+        &cmp("good.json", "disjoint.json", &[]),
+        "no phase path in common",
+    );
+    expect_usage(
+        &cmp("good.json", "good.json", &["--min-effect", "lots"]),
+        "--min-effect",
+    );
+    expect_usage(
+        &cmp("good.json", "good.json", &["--tail", "p0"]),
+        "--tail 'p0'",
+    );
+
+    // Identical runs: fine, nothing significant; a rebuilt binary gets a warning.
+    let o = cmp(
+        "good.json",
+        "rebuilt.json",
+        &["--fail-if", "total.mean > +1%"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("build id aa") && err.contains("bb"), "{err}");
+    assert!(String::from_utf8_lossy(&o.stdout).contains("All 1 thresholds passed"));
+
+    // report --tail on a run without per-call rows says so.
+    let o = run(wprof()
+        .arg("report")
+        .arg(p("good.json"))
+        .args(["--tail", "p95"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("no per-call table"));
+}
