@@ -19,3 +19,5 @@ pub mod profile;
 pub mod render;
 pub mod resolve;
 pub mod session;
+#[doc(hidden)]
+pub mod testing;

@@ -4,56 +4,15 @@
 
 mod common;
 
-use std::io::Write;
-use std::path::Path;
-use std::process::{Command, Stdio};
-
 use common::*;
 
 /// Validates `doc` against docs/chrome-trace.schema.json with python3's jsonschema. A missing
 /// python3 or jsonschema fails the test (Perfetto's trace_processor cannot run offline).
 fn validate_trace(doc: &str) {
-    let python = if Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    };
-    let probe = run(Command::new(python).args(["-c", "import jsonschema"]));
-    assert!(
-        probe.status.success(),
-        "{python} has no jsonschema module: {}",
-        text(&probe)
-    );
-    const SCRIPT: &str = r#"
-import json, sys, jsonschema
-schema = json.load(open(sys.argv[1]))
-jsonschema.Draft202012Validator.check_schema(schema)
-doc = json.load(sys.stdin)
-errors = list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
-for e in errors[:20]:
-    print("/" + "/".join(map(str, e.path)) + ": " + e.message)
-sys.exit(1 if errors else 0)
-"#;
     let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/chrome-trace.schema.json");
-    let mut child = Command::new(python)
-        .args(["-c", SCRIPT, schema])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(doc.as_bytes())
-        .expect("write to python3");
-    let out = child.wait_with_output().expect("wait for python3");
-    assert!(
-        out.status.success(),
-        "the trace does not validate against docs/chrome-trace.schema.json:\n{}",
-        text(&out)
-    );
+    if let Err(e) = wprof::testing::validate_json_schema(schema, doc) {
+        panic!("the trace does not validate against docs/chrome-trace.schema.json:\n{e}");
+    }
 }
 
 #[test]

@@ -1,8 +1,5 @@
 //! Tests of the JSON schema v1: exact round trip, refusals, and docs/json-schema-v1.json.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use serde_json::Value;
 
 use super::*;
@@ -238,61 +235,10 @@ fn derived_node_fields_are_optional_on_reading() -> Result<()> {
     Ok(())
 }
 
-/// Validates `doc` against docs/json-schema-v1.json with python3's jsonschema; the error list
-/// on failure. Panics when python3 or jsonschema is missing: the check must not pass silently.
+/// Validates `doc` against docs/json-schema-v1.json; the error list on failure.
 fn validate(doc: &Value) -> std::result::Result<(), String> {
-    let python = if std::path::Path::new("/usr/bin/python3").exists() {
-        "/usr/bin/python3"
-    } else {
-        "python3"
-    };
     let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/json-schema-v1.json");
-    let probe = Command::new(python)
-        .args(["-c", "import jsonschema"])
-        .output();
-    match probe {
-        Ok(o) if o.status.success() => {}
-        Ok(o) => panic!(
-            "{python} has no jsonschema module: {}",
-            String::from_utf8_lossy(&o.stderr)
-        ),
-        Err(e) => panic!("cannot run {python}: {e}"),
-    }
-    const SCRIPT: &str = r#"
-import json, sys, jsonschema
-schema = json.load(open(sys.argv[1]))
-jsonschema.Draft202012Validator.check_schema(schema)
-doc = json.load(sys.stdin)
-errors = sorted(jsonschema.Draft202012Validator(schema).iter_errors(doc), key=lambda e: list(map(str, e.path)))
-for e in errors:
-    print("/" + "/".join(map(str, e.path)) + ": " + e.message)
-sys.exit(1 if errors else 0)
-"#;
-    let mut child = Command::new(python)
-        .args(["-c", SCRIPT, schema])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(doc.to_string().as_bytes())
-            .unwrap_or_else(|e| panic!("write to python3: {e}"));
-    }
-    let out = child
-        .wait_with_output()
-        .unwrap_or_else(|e| panic!("wait for python3: {e}"));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("Traceback"),
-        "the validator failed: {stderr}"
-    );
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stdout).into_owned())
-    }
+    crate::testing::validate_json_schema(schema, &doc.to_string())
 }
 
 #[test]

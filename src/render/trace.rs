@@ -250,50 +250,10 @@ mod tests {
         assert_eq!(ev[2]["ts"], 0.0);
     }
 
-    /// Validates `doc` against docs/chrome-trace.schema.json with python3's jsonschema
-    /// (a missing python3 or jsonschema is a failure, not a skip).
+    /// Validates `doc` against docs/chrome-trace.schema.json.
     fn validate(doc: &Value) -> Result<(), String> {
-        use std::io::Write;
-        use std::process::{Command, Stdio};
-        let python = if std::path::Path::new("/usr/bin/python3").exists() {
-            "/usr/bin/python3"
-        } else {
-            "python3"
-        };
         let schema = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/chrome-trace.schema.json");
-        const SCRIPT: &str = r#"
-import json, sys, jsonschema
-schema = json.load(open(sys.argv[1]))
-jsonschema.Draft202012Validator.check_schema(schema)
-doc = json.load(sys.stdin)
-errors = list(jsonschema.Draft202012Validator(schema).iter_errors(doc))
-for e in errors[:20]:
-    print("/" + "/".join(map(str, e.path)) + ": " + e.message)
-sys.exit(1 if errors else 0)
-"#;
-        let mut child = Command::new(python)
-            .args(["-c", SCRIPT, schema])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(doc.to_string().as_bytes())
-                .unwrap_or_else(|e| panic!("write to {python}: {e}"));
-        }
-        let out = child.wait_with_output().expect("wait for python3");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            !stderr.contains("Traceback") || stderr.contains("ValidationError"),
-            "{python} failed (is jsonschema installed?):\n{stderr}"
-        );
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!("{}{stderr}", String::from_utf8_lossy(&out.stdout)))
-        }
+        crate::testing::validate_json_schema(schema, &doc.to_string())
     }
 
     #[test]
