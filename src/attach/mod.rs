@@ -69,7 +69,6 @@ pub struct TracerOptions {
 pub struct Tracer {
     ebpf: Ebpf,
     progs: ProgramSet,
-    links: usize,
     detached: bool,
 }
 
@@ -112,7 +111,6 @@ impl Tracer {
         let mut tracer = Tracer {
             ebpf,
             progs,
-            links: 0,
             detached: false,
         };
         for name in progs.all() {
@@ -193,7 +191,6 @@ impl Tracer {
                 };
             }
         }
-        self.links += summary.links;
         Ok(summary)
     }
 
@@ -228,11 +225,6 @@ impl Tracer {
             }
         }
         self.detached = true;
-    }
-
-    /// Kernel links attached so far.
-    pub fn links(&self) -> usize {
-        self.links
     }
 
     /// Whether probes go through uprobe_multi links (one per program, object and pid).
