@@ -66,16 +66,41 @@ pub struct Phase {
     /// Attach every distinct match instead of failing on ambiguity.
     #[serde(default)]
     pub all_matches: bool,
-    /// Kernel phase: a syscall's enter/exit tracepoints (not supported yet).
+    /// Kernel phase: a syscall's enter/exit tracepoints, on the traced threads.
     pub syscall: Option<String>,
-    /// Kernel phase: a tracepoint pair (not supported yet).
-    pub tracepoint: Option<String>,
+    /// Kernel phase: an enter and an exit tracepoint (`["cat:enter", "cat:exit"]`) hit by the
+    /// same thread.
+    pub tracepoint: Option<TracepointPair>,
     /// Integer argument to capture (0-based) or "retval" (not supported yet).
     pub arg: Option<toml::Value>,
     /// Unit of the captured argument (rows, bytes...).
     pub unit: Option<String>,
     /// Count only calls made inside this other phase (not supported yet).
     pub under: Option<String>,
+}
+
+/// The two tracepoints of a `tracepoint` phase, written `["category:enter", "category:exit"]`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TracepointPair {
+    /// Opens the phase.
+    pub enter: String,
+    /// Closes it.
+    pub exit: String,
+}
+
+impl<'de> Deserialize<'de> for TracepointPair {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v: Vec<String> = Vec::deserialize(d)?;
+        match v.as_slice() {
+            [enter, exit] if enter.contains(':') && exit.contains(':') => Ok(TracepointPair {
+                enter: enter.clone(),
+                exit: exit.clone(),
+            }),
+            _ => Err(serde::de::Error::custom(
+                "tracepoint must be [\"category:enter\", \"category:exit\"]",
+            )),
+        }
+    }
 }
 
 /// A whole attach profile.

@@ -24,6 +24,7 @@ struct NodeStats {
     count: u64,
     total_ns: u64,
     self_ns: u64,
+    off_ns: u64,
     hist: LatencyHistogram,
 }
 
@@ -33,6 +34,7 @@ impl Default for NodeStats {
             count: 0,
             total_ns: 0,
             self_ns: 0,
+            off_ns: 0,
             hist: new_histogram(),
         }
     }
@@ -50,6 +52,8 @@ pub struct Aggregator {
     /// Spans that started before this CLOCK_MONOTONIC time are not aggregated (`--skip`).
     skip_before_ns: u64,
     skipped: u64,
+    /// Whether off-CPU time is tracked (nodes then carry `off_cpu_ns`).
+    off_cpu: bool,
 }
 
 /// One node's cumulative figures at a point of a run (`--interval` snapshots).
@@ -101,6 +105,9 @@ pub struct TreeNode {
     pub abandoned: u64,
     /// Calls still open at the end of the run.
     pub open: u64,
+    /// Time the thread was off the CPU during completed calls, children included, ns (only
+    /// when the run tracked it: `--off-cpu`).
+    pub off_cpu_ns: Option<u64>,
     /// Child nodes, largest total first.
     pub children: Vec<TreeNode>,
 }
@@ -119,6 +126,7 @@ impl TreeNode {
             lost: 0,
             abandoned: 0,
             open: 0,
+            off_cpu_ns: None,
             children: Vec::new(),
         }
     }
@@ -222,8 +230,26 @@ impl Aggregator {
             s.count += 1;
             s.total_ns += ev.dur_ns;
             s.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
+            s.off_ns += ev.off_ns;
             s.hist.saturating_record(ev.dur_ns.max(1));
         }
+    }
+
+    /// Marks the run as tracking off-CPU time: every node of the tree gets `off_cpu_ns`.
+    pub fn track_off_cpu(&mut self) {
+        self.off_cpu = true;
+    }
+
+    /// The phase names from the root down to `node` (empty if the node is unknown).
+    pub fn path_of<'n>(&self, mut node: u64, names: &'n [String]) -> Vec<&'n str> {
+        let mut parts = Vec::new();
+        for _ in 0..=wprof_common::MAX_DEPTH {
+            let Some(d) = self.defs.get(&node) else { break };
+            parts.push(names.get(d.phase as usize).map_or("?", String::as_str));
+            node = d.parent;
+        }
+        parts.reverse();
+        parts
     }
 
     /// Events added so far.
@@ -243,16 +269,7 @@ impl Aggregator {
 
     /// Cumulative figures of every node seen so far, by path, in path order.
     pub fn snapshot(&self, names: &[String]) -> Vec<NodeSnapshot> {
-        let path_of = |mut node: u64| {
-            let mut parts = Vec::new();
-            for _ in 0..=wprof_common::MAX_DEPTH {
-                let Some(d) = self.defs.get(&node) else { break };
-                parts.push(names.get(d.phase as usize).map_or("?", String::as_str));
-                node = d.parent;
-            }
-            parts.reverse();
-            parts.join("/")
-        };
+        let path_of = |node: u64| self.path_of(node, names).join("/");
         let mut out: Vec<NodeSnapshot> = self
             .stats
             .iter()
@@ -306,6 +323,7 @@ impl Aggregator {
             defs,
             mut stats,
             events,
+            off_cpu: self_off_cpu,
             ..
         } = self;
         let mut children: NodeMap<Vec<u64>> = NodeMap::default();
@@ -323,6 +341,7 @@ impl Aggregator {
             .map(|(_, s)| s.count)
             .sum();
         let build = Builder {
+            off_cpu: self_off_cpu,
             defs: &defs,
             children: &children,
             names,
@@ -343,6 +362,7 @@ impl Aggregator {
 }
 
 struct Builder<'a> {
+    off_cpu: bool,
     defs: &'a NodeMap<NodeDef>,
     children: &'a NodeMap<Vec<u64>>,
     names: &'a [String],
@@ -365,6 +385,9 @@ impl Builder<'_> {
             t.total_ns = s.total_ns;
             t.self_ns = s.self_ns;
             t.hist = s.hist;
+            if self.off_cpu {
+                t.off_cpu_ns = Some(s.off_ns);
+            }
         }
         t.lost = self.end.lost.get(&node).copied().unwrap_or(0);
         t.abandoned = self.end.abandoned.get(&node).copied().unwrap_or(0);

@@ -6,6 +6,7 @@
 //! dying, even by SIGKILL — detaches everything, so no probe outlives wprof.
 
 mod capabilities;
+mod kernel;
 
 use std::num::NonZeroU32;
 
@@ -63,12 +64,16 @@ const MULTI: ProgramSet = ProgramSet {
 pub struct TracerOptions {
     /// Ring buffer size in bytes (rounded up to a power-of-two number of pages).
     pub ring_bytes: u32,
+    /// Whether stacks will be taken (CPU sampling or off-CPU): sizes the stack-trace map.
+    pub stacks: bool,
 }
 
 /// The loaded BPF programs and maps, and every probe attached through them.
 pub struct Tracer {
     ebpf: Ebpf,
     progs: ProgramSet,
+    /// Kernel-side programs loaded on demand (tracepoints, perf events).
+    extra: Vec<&'static str>,
     detached: bool,
 }
 
@@ -97,6 +102,8 @@ impl Tracer {
         check_capabilities()?;
         let ebpf = EbpfLoader::new()
             .map_max_entries("EVENTS", ring_size(opts.ring_bytes))
+            // Each entry is a 127-frame stack (~1 KiB), preallocated: only size it when used.
+            .map_max_entries("STACK_TRACES", if opts.stacks { 16_384 } else { 1 })
             .load(BPF_OBJECT)
             .context("load wprof's BPF programs (does this kernel have BPF and uprobes?)")?;
         // A multi link filtered on a pid must cover every thread of the process (6.6+ does).
@@ -111,6 +118,7 @@ impl Tracer {
         let mut tracer = Tracer {
             ebpf,
             progs,
+            extra: Vec::new(),
             detached: false,
         };
         for name in progs.all() {
@@ -224,6 +232,7 @@ impl Tracer {
                 let _ = p.unload();
             }
         }
+        self.unload_extra();
         self.detached = true;
     }
 

@@ -7,8 +7,10 @@
 use std::os::fd::{AsRawFd, RawFd};
 
 use anyhow::{Context, Result};
-use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf};
-use wprof_common::{counter, Event, NodeCounters, PhaseCounters, ThreadStack};
+use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap};
+use wprof_common::{
+    counter, Event, EventKind, NodeCounters, PhaseCounters, StackEvent, ThreadStack,
+};
 
 use crate::aggregate::EndCounters;
 use crate::attach::Tracer;
@@ -36,15 +38,38 @@ impl EndState {
     }
 }
 
-/// Decodes one ring-buffer record. Records of another size are ignored (None).
+/// Decodes one span or node-definition record. Other records are ignored (None).
 #[inline]
 pub fn decode(bytes: &[u8]) -> Option<Event> {
-    if bytes.len() < std::mem::size_of::<Event>() {
+    match record_kind(bytes) {
+        Some(k) if k == EventKind::Span as u32 || k == EventKind::NodeDef as u32 => read(bytes),
+        _ => None,
+    }
+}
+
+/// Decodes one CPU-sample or off-CPU record. Other records are ignored (None).
+#[inline]
+pub fn decode_stack(bytes: &[u8]) -> Option<StackEvent> {
+    match record_kind(bytes) {
+        Some(k) if k == EventKind::CpuSample as u32 || k == EventKind::OffCpu as u32 => read(bytes),
+        _ => None,
+    }
+}
+
+/// Every record type starts with its kind as a u32.
+#[inline]
+fn record_kind(bytes: &[u8]) -> Option<u32> {
+    Some(u32::from_ne_bytes(bytes.get(..4)?.try_into().ok()?))
+}
+
+#[inline]
+fn read<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
+    if bytes.len() < std::mem::size_of::<T>() {
         return None;
     }
-    // SAFETY: the length was checked, Event is plain integers (any bit pattern is valid) and
+    // SAFETY: the length was checked, T is plain integers (any bit pattern is valid) and
     // read_unaligned copes with the ring buffer's 8-byte alignment.
-    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<Event>()) })
+    Some(unsafe { std::ptr::read_unaligned(bytes.as_ptr().cast::<T>()) })
 }
 
 impl Collector {
@@ -63,17 +88,45 @@ impl Collector {
         self.ring.as_raw_fd()
     }
 
-    /// Hands every available event to `sink`; returns how many were read.
-    pub fn drain(&mut self, mut sink: impl FnMut(&Event)) -> usize {
+    /// Hands every available span and node definition to `sink` and every stack record to
+    /// `stacks`; returns how many records were read.
+    pub fn drain(
+        &mut self,
+        mut sink: impl FnMut(&Event),
+        mut stacks: impl FnMut(&StackEvent),
+    ) -> usize {
         let mut n = 0;
         while let Some(item) = self.ring.next() {
             if let Some(ev) = decode(&item) {
                 sink(&ev);
-                n += 1;
+            } else if let Some(st) = decode_stack(&item) {
+                stacks(&st);
             }
+            n += 1;
         }
         n
     }
+}
+
+/// Reads the stacks the run's records refer to from the `STACK_TRACES` map: id -> addresses,
+/// innermost first. Ids the map no longer holds are left out.
+pub fn read_stacks(
+    tracer: &mut Tracer,
+    ids: impl IntoIterator<Item = u32>,
+) -> Result<std::collections::HashMap<u32, Vec<u64>>> {
+    let map = StackTraceMap::try_from(
+        tracer
+            .ebpf_mut()
+            .map("STACK_TRACES")
+            .context("no STACK_TRACES map")?,
+    )?;
+    let mut out = std::collections::HashMap::new();
+    for id in ids {
+        if let Ok(st) = map.get(&id, 0) {
+            out.insert(id, st.frames().iter().map(|f| f.ip).collect());
+        }
+    }
+    Ok(out)
 }
 
 /// Reads the end-of-run counters. Call after [`Tracer::detach`] so nothing changes underneath.

@@ -13,7 +13,10 @@ use serde::{Deserialize, Serialize};
 use crate::aggregate::{
     new_histogram, CallRow, CallTable, LatencyHistogram, PhaseTree, SpanLog, SpanRecord, TreeNode,
 };
-use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run, SCHEMA_VERSION};
+use crate::model::{
+    Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run, StackProfile,
+    SCHEMA_VERSION,
+};
 
 /// The run as a JSON document of schema [`SCHEMA_VERSION`].
 pub fn to_json(run: &Run) -> serde_json::Value {
@@ -30,6 +33,8 @@ pub fn to_json(run: &Run) -> serde_json::Value {
         },
         calls: CallsJ::from(&run.calls),
         spans: SpansJ::from(&run.spans),
+        cpu_profile: run.cpu.as_ref().map(StackProfileJ::from),
+        off_cpu_profile: run.off_cpu.as_ref().map(StackProfileJ::from),
     };
     // Serializing these structs cannot fail: every map key is a string and there are no
     // custom Serialize impls (non-finite floats become null rather than errors).
@@ -81,6 +86,8 @@ pub fn from_json(text: &str) -> Result<Run> {
         },
         calls: doc.calls.into_table()?,
         spans: doc.spans.into_log()?,
+        cpu: doc.cpu_profile.map(StackProfile::from),
+        off_cpu: doc.off_cpu_profile.map(StackProfile::from),
     })
 }
 
@@ -101,6 +108,52 @@ struct Doc {
     tree: TreeJ,
     calls: CallsJ,
     spans: SpansJ,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cpu_profile: Option<StackProfileJ>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    off_cpu_profile: Option<StackProfileJ>,
+}
+
+/// CPU samples or off-CPU time: `stacks[i] = [folded stack, weight]`.
+#[derive(Serialize, Deserialize)]
+struct StackProfileJ {
+    unit: String,
+    frequency_hz: Option<u64>,
+    records: u64,
+    lost: u64,
+    stacks: Vec<(String, u64)>,
+}
+
+impl From<&StackProfile> for StackProfileJ {
+    fn from(p: &StackProfile) -> Self {
+        StackProfileJ {
+            unit: p.unit.clone(),
+            frequency_hz: p.frequency_hz,
+            records: p.records,
+            lost: p.lost,
+            stacks: p
+                .stacks
+                .iter()
+                .map(|s| (s.stack.clone(), s.weight))
+                .collect(),
+        }
+    }
+}
+
+impl From<StackProfileJ> for StackProfile {
+    fn from(p: StackProfileJ) -> Self {
+        StackProfile {
+            unit: p.unit,
+            frequency_hz: p.frequency_hz,
+            records: p.records,
+            lost: p.lost,
+            stacks: p
+                .stacks
+                .into_iter()
+                .map(|(stack, weight)| FoldedStack { stack, weight })
+                .collect(),
+        }
+    }
 }
 
 /// The per-root-call table: `rows[i] = [start_ns, pid, tid, root, total_ns, ns_0, calls_0,
@@ -326,6 +379,8 @@ struct NodeJ {
     lost: u64,
     abandoned: u64,
     open: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    off_cpu_ns: Option<u64>,
     histogram: HistJ,
     children: Vec<NodeJ>,
 }
@@ -504,6 +559,7 @@ impl From<&TreeNode> for NodeJ {
             lost: n.lost,
             abandoned: n.abandoned,
             open: n.open,
+            off_cpu_ns: n.off_cpu_ns,
             histogram: HistJ {
                 unit: "ns".to_string(),
                 significant_digits: h.sigfig(),
@@ -541,6 +597,7 @@ impl NodeJ {
             lost: self.lost,
             abandoned: self.abandoned,
             open: self.open,
+            off_cpu_ns: self.off_cpu_ns,
             children,
         })
     }

@@ -7,6 +7,7 @@
 
 pub mod demangle;
 pub mod disasm;
+pub mod kernel;
 pub mod libpath;
 pub mod matcher;
 pub mod objects;
@@ -114,14 +115,13 @@ pub struct ResolvedPhase {
     pub phase: Phase,
     /// The functions to probe.
     pub targets: Vec<ResolvedSymbol>,
+    /// The tracepoints of a kernel phase (`syscall` or `tracepoint`).
+    pub kernel: Option<kernel::KernelPhase>,
     /// Effective return mode (never Auto).
     pub return_mode: ReturnMode,
     /// Resolution outcome.
     pub status: Status,
 }
-
-/// Text of a kernel phase's status until kernel phases are supported.
-const KERNEL_UNSUPPORTED: &str = "kernel phases come with the flamegraph/kernel issue";
 
 /// An object located and parsed, or why not.
 type Loaded = Result<(objects::Located, Rc<symbols::ObjectSymbols>), String>;
@@ -140,13 +140,22 @@ pub fn resolve_profile(profile: &Profile, scope: &Scope) -> anyhow::Result<Vec<R
     for (i, phase) in profile.phases.iter().enumerate() {
         let id = u32::try_from(i)?;
         let Some(pattern) = phase.symbol.as_deref() else {
-            let return_mode = explicit_or(phase, ReturnMode::RetSites);
-            let status = Status::Unsupported(KERNEL_UNSUPPORTED.to_string());
+            let (kernel, status) = match kernel::resolve_kernel_phase(phase) {
+                Ok(k) => (Some(k), Status::Resolved),
+                Err(e) => (
+                    None,
+                    Status::Unresolved {
+                        reason: e.reason,
+                        nearest: e.nearest,
+                    },
+                ),
+            };
             out.push(ResolvedPhase {
                 id,
                 phase: phase.clone(),
                 targets: Vec::new(),
-                return_mode,
+                kernel,
+                return_mode: ReturnMode::RetSites,
                 status,
             });
             continue;
@@ -200,6 +209,7 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
         id,
         phase: phase.clone(),
         targets: Vec::new(),
+        kernel: None,
         return_mode: guessed(is_go),
         status: Status::Unresolved { reason, nearest },
     };
@@ -291,6 +301,7 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
         id,
         phase: phase.clone(),
         targets,
+        kernel: None,
         return_mode,
         status: Status::Resolved,
     }

@@ -7,6 +7,7 @@
 mod child;
 mod outputs;
 mod snapshots;
+mod stacks;
 mod trace_loop;
 
 use anyhow::{Context, Result};
@@ -16,7 +17,7 @@ use crate::args::{AttachArgs, RecordArgs, TraceArgs};
 use crate::attach::{check_capabilities, process_alive, Tracer, TracerOptions};
 use crate::collect::{read_end_state, Collector, EndState};
 use crate::error::WprofError;
-use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run};
+use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run, StackProfile};
 use crate::probe_cost;
 use crate::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
@@ -42,6 +43,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     let mut tracer = Tracer::load(tracer_options(&a.trace))?;
     test_pause_before_attach();
     let summary = tracer.attach(&phases, &a.pid)?;
+    let kernel = attach_kernel_side(&mut tracer, &phases, &a.pid, &a.trace)?;
     // A process that died during attach may have accepted no probe or a useless one.
     if let Some(gone) = a.pid.iter().find(|&&p| !process_alive(p)) {
         return Err(WprofError::NoProcess(format!(
@@ -50,7 +52,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         .into());
     }
     eprintln!(
-        "wprof: attached {} probe points ({} links, {} phases) to pid {}; Ctrl-C to stop",
+        "wprof: attached {} probe points ({} links{kernel}, {} phases) to pid {}; Ctrl-C to stop",
         summary.points,
         summary.links,
         phases
@@ -62,8 +64,8 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     let started = std::time::SystemTime::now();
     let mut watch = Watch::pids(a.pid.clone(), a.trace.duration);
     let names = phase_names(&profile);
-    let (agg, end, reason, traced) = run(&mut tracer, &phases, &names, &a.trace, &mut watch)?;
-    let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
+    let traced = run(&mut tracer, &phases, &names, &a.trace, &mut watch)?;
+    let mut run = build_run(&profile, &phases, traced, started);
     run.provenance.pids = a.pid.clone();
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
     Ok(0)
@@ -78,7 +80,10 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
     let mut child = GatedChild::spawn(&exe, &r.command)?;
-    let summary = match tracer.attach(&phases, &[child.pid()]) {
+    let attached = tracer.attach(&phases, &[child.pid()]).and_then(|s| {
+        attach_kernel_side(&mut tracer, &phases, &[child.pid()], &r.trace).map(|k| (s, k))
+    });
+    let (summary, kernel) = match attached {
         Ok(s) => s,
         Err(e) => {
             child.abort();
@@ -87,7 +92,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     };
     if !r.trace.quiet {
         eprintln!(
-            "wprof: {} probe points live ({} links); starting {}",
+            "wprof: {} probe points live ({} links{kernel}); starting {}",
             summary.points,
             summary.links,
             r.command.join(" ")
@@ -98,9 +103,9 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let pid = child.pid();
     let mut watch = Watch::child(child, r.trace.duration);
     let names = phase_names(&profile);
-    let (agg, end, reason, traced) = run(&mut tracer, &phases, &names, &r.trace, &mut watch)?;
+    let traced = run(&mut tracer, &phases, &names, &r.trace, &mut watch)?;
     let status = watch.finish()?;
-    let mut run = build_run(&profile, &phases, agg, &end, (started, traced), reason);
+    let mut run = build_run(&profile, &phases, traced, started);
     run.provenance.pids = vec![pid];
     run.provenance.command = Some(r.command.clone());
     write_outputs(&run, &r.outputs, r.trace.quiet)?;
@@ -118,9 +123,35 @@ fn test_pause_before_attach() {
     }
 }
 
+/// Attaches the kernel-side programs a run needs (kernel phases, off-CPU, CPU sampling) for
+/// `pids`; returns a note for the "attached" line.
+fn attach_kernel_side(
+    tracer: &mut Tracer,
+    phases: &[ResolvedPhase],
+    pids: &[u32],
+    t: &TraceArgs,
+) -> Result<String> {
+    tracer.trace_pids(pids)?;
+    let mut note = String::new();
+    let tracepoints = tracer.attach_kernel_phases(phases)?;
+    if tracepoints > 0 {
+        note.push_str(&format!(", {tracepoints} tracepoints"));
+    }
+    if t.off_cpu {
+        tracer.attach_off_cpu()?;
+        note.push_str(", off-CPU tracking");
+    }
+    if let Some(hz) = t.cpu_sample {
+        let cpus = tracer.attach_cpu_sampling(hz)?;
+        note.push_str(&format!(", CPU sampling at {hz} Hz on {cpus} CPUs"));
+    }
+    Ok(note)
+}
+
 fn tracer_options(t: &TraceArgs) -> TracerOptions {
     TracerOptions {
         ring_bytes: t.ring_size,
+        stacks: t.cpu_sample.is_some() || t.off_cpu,
     }
 }
 
@@ -177,15 +208,28 @@ pub fn override_returns(profile: &Profile, mode: Option<crate::profile::ReturnMo
     p
 }
 
+/// What a traced run leaves for [`build_run`].
+struct Traced {
+    agg: Aggregator,
+    end: EndState,
+    reason: EndReason,
+    duration: std::time::Duration,
+    cpu: Option<StackProfile>,
+    off_cpu: Option<StackProfile>,
+}
+
 fn run(
     tracer: &mut Tracer,
     phases: &[ResolvedPhase],
     names: &[String],
     t: &TraceArgs,
     watch: &mut Watch,
-) -> Result<(Aggregator, EndState, EndReason, std::time::Duration)> {
+) -> Result<Traced> {
     let mut collector = Collector::new(tracer)?;
     let mut agg = Aggregator::with_calls(names, t.max_calls, DEFAULT_MAX_SPANS);
+    if t.off_cpu {
+        agg.track_off_cpu();
+    }
     if let Some(skip) = t.skip {
         agg.skip_before(monotonic_ns() + skip.as_nanos() as u64);
     }
@@ -195,32 +239,51 @@ fn run(
         }
         _ => None,
     };
+    let mut stack_sink = stacks::StackSink::default();
     let t0 = std::time::Instant::now();
     let reason = trace_loop::run(
         &mut collector,
         &mut agg,
+        &mut stack_sink,
         watch,
         snapshots.as_mut(),
         !t.quiet,
     )?;
-    let traced = t0.elapsed();
+    let duration = t0.elapsed();
     tracer.detach();
-    collector.drain(|e| agg.add(e));
+    collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
     if let Some(s) = snapshots.as_mut() {
         s.write(&agg)?;
     }
     let end = read_end_state(tracer, phases.len()).context("read the final counters from BPF")?;
-    Ok((agg, end, reason, traced))
+    let (cpu, off_cpu) = stack_sink
+        .finish(tracer, &agg, names, &end, t.cpu_sample, t.off_cpu)
+        .context("name the sampled stacks")?;
+    Ok(Traced {
+        agg,
+        end,
+        reason,
+        duration,
+        cpu,
+        off_cpu,
+    })
 }
 
 fn build_run(
     profile: &Profile,
     phases: &[ResolvedPhase],
-    agg: Aggregator,
-    end: &EndState,
-    (started, traced): (std::time::SystemTime, std::time::Duration),
-    reason: EndReason,
+    traced: Traced,
+    started: std::time::SystemTime,
 ) -> Run {
+    let Traced {
+        agg,
+        end,
+        reason,
+        duration: traced,
+        cpu,
+        off_cpu,
+    } = traced;
+    let end = &end;
     use wprof_common::counter;
     let names = phase_names(profile);
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
@@ -322,6 +385,8 @@ fn build_run(
         calls,
         spans,
         tree,
+        cpu,
+        off_cpu,
     }
 }
 

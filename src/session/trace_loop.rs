@@ -117,6 +117,7 @@ impl Watch {
 pub fn run(
     collector: &mut Collector,
     agg: &mut Aggregator,
+    stacks: &mut super::stacks::StackSink,
     watch: &mut Watch,
     mut snapshots: Option<&mut super::snapshots::Snapshots>,
     progress: bool,
@@ -132,7 +133,8 @@ pub fn run(
         };
         // SAFETY: one valid pollfd; EINTR (a signal) just ends this wait early.
         unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
-        collector.drain(|e| agg.add(e));
+        collector.drain(|e| agg.add(e), |s| stacks.agg.add(s));
+        stacks.after_drain();
         if let Some(s) = snapshots.as_deref_mut() {
             s.tick(agg)?;
         }

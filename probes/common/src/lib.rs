@@ -65,6 +65,8 @@ pub struct Frame {
     pub phase: u32,
     /// 1 when the phase's return is a uretprobe, 0 for RET sites.
     pub uretprobe: u32,
+    /// Time the thread spent off the CPU inside this call so far (children included), ns.
+    pub off_ns: u64,
 }
 
 /// The per-thread stack of open phases. Lives in a BPF hash map keyed by pid_tgid so a lost
@@ -88,6 +90,10 @@ pub enum EventKind {
     Span = 1,
     /// The first sighting of a tree node: its parent node and phase.
     NodeDef = 2,
+    /// A CPU sample of a traced thread (a [`StackEvent`]).
+    CpuSample = 3,
+    /// A traced thread came back on the CPU (a [`StackEvent`] weighted by the ns it was off).
+    OffCpu = 4,
 }
 
 /// A ring-buffer record. Spans and node definitions share one layout so userspace reads a single
@@ -117,6 +123,64 @@ pub struct Event {
     pub depth: u32,
     /// Padding.
     pub _pad: u32,
+    /// Time the thread spent off the CPU during the call (children included), ns (span only).
+    pub off_ns: u64,
+}
+
+/// Pending uretprobe return addresses carried with a stack, innermost first.
+pub const MAX_PENDING_RETURNS: usize = 8;
+
+/// A stack seen on a traced thread: a CPU sample or the place it went off the CPU. Its kind
+/// field comes first, as in [`Event`], so userspace can tell the two record types apart.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct StackEvent {
+    /// [`EventKind::CpuSample`] or [`EventKind::OffCpu`] as u32.
+    pub kind: u32,
+    /// Number of valid entries in `pending_returns`.
+    pub npending: u32,
+    /// Process id (tgid).
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The innermost phase open on the thread (tree node), 0 when none was.
+    pub node: u64,
+    /// 1 for a CPU sample; ns spent off the CPU for an off-CPU record.
+    pub weight: u64,
+    /// User stack id in the `STACK_TRACES` map, negative when none was taken.
+    pub user_stack: i32,
+    /// Kernel stack id in the `STACK_TRACES` map, negative when none was taken.
+    pub kernel_stack: i32,
+    /// The return addresses the kernel replaced with its uretprobe trampoline in this stack,
+    /// innermost first (from the open uretprobe frames), so userspace can restore them.
+    pub pending_returns: [u64; MAX_PENDING_RETURNS],
+}
+
+/// What a tracepoint means to wprof: the enter or the exit of a kernel phase. Values of the
+/// `TP_PHASES` map, keyed by the tracepoint's event type id (its tracefs `id`).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct TracepointRole {
+    /// Phase id.
+    pub phase: u32,
+    /// 0 for the phase's enter tracepoint, 1 for its exit.
+    pub exit: u32,
+}
+
+/// Size of the `SYS_PHASES` array: index `nr | exit << 10` for syscall numbers below 1024.
+pub const SYS_PHASE_SLOTS: u32 = 2048;
+
+/// Bit of a `SYS_PHASES` index set for a syscall's exit tracepoint.
+pub const SYS_EXIT_BIT: u32 = 1 << 10;
+
+/// Indices of the `CONFIG` array userspace fills before attaching.
+pub mod config {
+    /// Offset of `prev_pid` in the sched:sched_switch record (from its tracefs format).
+    pub const SCHED_PREV_PID: u32 = 0;
+    /// Offset of `next_pid` in the sched:sched_switch record.
+    pub const SCHED_NEXT_PID: u32 = 1;
+    /// Number of entries.
+    pub const COUNT: u32 = 4;
 }
 
 /// Indices of the global counters (a per-CPU array summed by userspace).
@@ -133,6 +197,10 @@ pub mod counter {
     pub const OVERFLOW: u32 = 4;
     /// Entries dropped because no stack could be allocated for the thread.
     pub const NO_STACK: u32 = 5;
+    /// CPU samples dropped because the ring buffer was full.
+    pub const LOST_CPU_SAMPLES: u32 = 6;
+    /// Off-CPU records dropped because the ring buffer was full.
+    pub const LOST_OFF_CPU: u32 = 7;
     /// Number of counters.
     pub const COUNT: u32 = 8;
 }
@@ -163,7 +231,7 @@ pub struct PhaseCounters {
 
 #[cfg(feature = "user")]
 mod pod {
-    // SAFETY: all four types are #[repr(C)], Copy, contain only integers, and have explicit
+    // SAFETY: all these types are #[repr(C)], Copy, contain only integers, and have explicit
     // padding fields, so every bit pattern is a valid value.
     unsafe impl aya::Pod for super::Event {}
     // SAFETY: as above.
@@ -172,4 +240,8 @@ mod pod {
     unsafe impl aya::Pod for super::NodeCounters {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PhaseCounters {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::StackEvent {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::TracepointRole {}
 }

@@ -15,20 +15,24 @@
 use aya_ebpf::{
     bindings::{
         BPF_ANY, BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP,
-        BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
+        BPF_F_USER_STACK, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
     },
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
         generated::bpf_get_attach_cookie,
     },
-    macros::{map, uprobe, uretprobe},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{ProbeContext, RetProbeContext},
+    macros::{map, perf_event, tracepoint, uprobe, uretprobe},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
+    programs::{
+        tracing::StackIdContext, PerfEventContext, ProbeContext, RetProbeContext,
+        TracePointContext,
+    },
     EbpfContext,
 };
 use wprof_common::{
-    counter, Event, EventKind, NodeCounters, PhaseCounters, ThreadStack, COOKIE_URETPROBE_BIT,
-    DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES, MAX_PHASES, MAX_THREADS,
+    config, counter, Event, EventKind, NodeCounters, PhaseCounters, StackEvent, ThreadStack,
+    TracepointRole, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES,
+    MAX_PENDING_RETURNS, MAX_PHASES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid. Allocated on a thread's first entry and freed when
@@ -321,6 +325,22 @@ fn on_entry<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
     // A live ancestor's entry stack pointer is above ours; anything below was left without
     // its return.
     abandon_below(st, sp, Some(ret_addr));
+    push_frame(st, pc, key, phase, sp, ret_addr, uretprobe)
+}
+
+/// Opens a frame for `phase` on the thread's stack. Kernel phases use `sp = 0`: no user
+/// stack pointer is ever below it, so the next uprobe on the thread treats a kernel frame left
+/// open (an exit we never saw) as abandoned.
+#[inline(always)]
+fn push_frame(
+    st: &mut ThreadStack,
+    pc: &mut PhaseCounters,
+    key: u64,
+    phase: u32,
+    sp: u64,
+    ret_addr: u64,
+    uretprobe: bool,
+) -> Result<(), ()> {
     let len = st.len as usize;
     if len >= MAX_DEPTH {
         pc.overflow += 1;
@@ -338,6 +358,7 @@ fn on_entry<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
     frame.node = node;
     frame.sp = sp;
     frame.child_ns = 0;
+    frame.off_ns = 0;
     frame.phase = phase;
     frame.ret_addr = ret_addr;
     frame.uretprobe = uretprobe as u32;
@@ -364,6 +385,19 @@ fn on_return<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
     // SAFETY: a thread's stack is only touched by programs running on that thread.
     let st = unsafe { &mut *st };
     abandon_below(st, sp, None);
+    pop_frame(st, pc, key, phase, sp, now)
+}
+
+/// Closes the innermost frame if it is `phase`'s at `sp`, and sends its span.
+#[inline(always)]
+fn pop_frame(
+    st: &mut ThreadStack,
+    pc: &mut PhaseCounters,
+    key: u64,
+    phase: u32,
+    sp: u64,
+    now: u64,
+) -> Result<(), ()> {
     let len = st.len as usize;
     if len == 0 || len > MAX_DEPTH {
         pc.unmatched_returns += 1;
@@ -383,6 +417,7 @@ fn on_return<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
     } else {
         let p = &mut st.frames[slot(depth - 1)];
         p.child_ns += dur;
+        p.off_ns += top.off_ns;
         p.node
     };
     st.len = depth as u32;
@@ -401,11 +436,282 @@ fn on_return<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
         child_ns: top.child_ns,
         depth: depth as u32,
         _pad: 0,
+        off_ns: top.off_ns,
     };
     if !emit(span) {
         count_lost(top.node);
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kernel phases, CPU samples and off-CPU time. These programs fire system-wide (tracepoints,
+// per-CPU perf events), so each first checks that the current process is traced.
+
+/// Processes being traced (tgid -> 1), filled by userspace.
+#[map]
+static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
+
+/// Tracepoints that open or close a kernel phase, keyed by the tracepoint's event type id.
+#[map]
+static TP_PHASES: HashMap<u32, TracepointRole> = HashMap::with_max_entries(MAX_PHASES * 2, 0);
+
+/// Syscall phases: phase id + 1 (0 = none) at index `nr`, or `nr | SYS_EXIT_BIT` for exits.
+/// The syscalls:* tracepoints hand BPF a record whose first word is a pt_regs pointer, not
+/// the usual common_type, so they are told apart by the syscall number at offset 8.
+#[map]
+static SYS_PHASES: Array<u32> = Array::with_max_entries(SYS_PHASE_SLOTS, 0);
+
+/// Settings from userspace, indexed by `wprof_common::config`.
+#[map]
+static CONFIG: Array<u64> = Array::with_max_entries(config::COUNT, 0);
+
+/// User and kernel stacks of CPU samples and off-CPU records. Userspace sizes it at load.
+#[map]
+static STACK_TRACES: StackTrace = StackTrace::with_max_entries(16_384, 0);
+
+/// Where and when a traced thread went off the CPU, keyed by tid until it comes back.
+#[map]
+static OFF_CPU_SINCE: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// A traced thread that went off the CPU.
+#[repr(C)]
+#[derive(Copy, Clone)]
+struct OffCpuStart {
+    start_ns: u64,
+    pid_tgid: u64,
+    user_stack: i32,
+    kernel_stack: i32,
+}
+
+#[inline(always)]
+fn traced(key: u64) -> bool {
+    TRACED.get_ptr(&((key >> 32) as u32)).is_some()
+}
+
+/// Enter or exit of a kernel phase named by a `tracepoint` pair: one program for every such
+/// tracepoint; the record's common_type says which.
+#[tracepoint]
+pub fn wprof_tp(ctx: TracePointContext) -> u32 {
+    // SAFETY: plain helper call; first, so an exit's bookkeeping is not counted in the phase.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let key = bpf_get_current_pid_tgid();
+    if !traced(key) {
+        return 0;
+    }
+    // SAFETY: every (non-syscall) trace record starts with the u16 common_type.
+    let Ok(ty) = (unsafe { ctx.read_at::<u16>(0) }) else {
+        return 0;
+    };
+    if let Some(role) = TP_PHASES.get_ptr(&(ty as u32)) {
+        // SAFETY: a map value, read once.
+        let role = unsafe { *role };
+        let _ = kernel_phase(key, now, role);
+    }
+    0
+}
+
+/// syscalls:sys_enter_* of a `syscall` phase (or a tracepoint pair in that category).
+#[tracepoint]
+pub fn wprof_sys_enter(ctx: TracePointContext) -> u32 {
+    syscall_phase(&ctx, 0)
+}
+
+/// syscalls:sys_exit_* of a `syscall` phase.
+#[tracepoint]
+pub fn wprof_sys_exit(ctx: TracePointContext) -> u32 {
+    syscall_phase(&ctx, SYS_EXIT_BIT)
+}
+
+#[inline(always)]
+fn syscall_phase(ctx: &TracePointContext, exit_bit: u32) -> u32 {
+    // SAFETY: plain helper call; first, so an exit's bookkeeping is not counted in the phase.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let key = bpf_get_current_pid_tgid();
+    if !traced(key) {
+        return 0;
+    }
+    // SAFETY: the syscall number is the int at offset 8 of every syscalls:* record.
+    let Ok(nr) = (unsafe { ctx.read_at::<i32>(8) }) else {
+        return 0;
+    };
+    if nr < 0 || nr as u32 >= SYS_EXIT_BIT {
+        return 0;
+    }
+    let Some(&slot) = SYS_PHASES.get(nr as u32 | exit_bit) else {
+        return 0;
+    };
+    if slot == 0 {
+        return 0;
+    }
+    let role = TracepointRole {
+        phase: slot - 1,
+        exit: (exit_bit != 0) as u32,
+    };
+    let _ = kernel_phase(key, now, role);
+    0
+}
+
+#[inline(always)]
+fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
+    let pc = phase_counters(role.phase).ok_or(())?;
+    if role.exit == 0 {
+        pc.entries += 1;
+        let Some(st) = stack_for(key) else {
+            bump(counter::NO_STACK);
+            return Err(());
+        };
+        // A kernel phase still open on top lost its exit (e.g. the exit tracepoint was missed).
+        abandon_kernel_frames(st);
+        push_frame(st, pc, key, role.phase, 0, 0, false)
+    } else {
+        pc.returns += 1;
+        let Some(st) = STACKS.get_ptr_mut(&key) else {
+            pc.unmatched_returns += 1;
+            bump(counter::UNMATCHED_RETURNS);
+            return Err(());
+        };
+        // SAFETY: a thread's stack is only touched by programs running on that thread.
+        let st = unsafe { &mut *st };
+        pop_frame(st, pc, key, role.phase, 0, now)
+    }
+}
+
+/// Pops kernel frames (sp 0) left open on top of the stack.
+#[inline(always)]
+fn abandon_kernel_frames(st: &mut ThreadStack) {
+    for _ in 0..4 {
+        let len = st.len as usize;
+        if len == 0 {
+            break;
+        }
+        let top = &st.frames[slot(len - 1)];
+        if top.sp != 0 {
+            break;
+        }
+        count_abandoned(top.node);
+        st.len = (len - 1) as u32;
+    }
+}
+
+/// CPU sample (software cpu-clock, one perf event per CPU): the traced thread's stacks and the
+/// phase open on it.
+#[perf_event]
+pub fn wprof_cpu_sample(ctx: PerfEventContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    if !traced(key) {
+        return 0;
+    }
+    let user_stack = ctx
+        .get_stackid(&STACK_TRACES, BPF_F_USER_STACK as u64)
+        .map(|id| id as i32)
+        .unwrap_or(-1);
+    let kernel_stack = ctx
+        .get_stackid(&STACK_TRACES, 0)
+        .map(|id| id as i32)
+        .unwrap_or(-1);
+    emit_stack(EventKind::CpuSample, key, 1, user_stack, kernel_stack);
+    0
+}
+
+/// sched:sched_switch: a traced thread leaving the CPU records where and when; one coming back
+/// adds the time to its innermost open phase and sends an off-CPU record.
+#[tracepoint]
+pub fn wprof_sched_switch(ctx: TracePointContext) -> u32 {
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // At sched_switch the current task is still the one leaving.
+    let key = bpf_get_current_pid_tgid();
+    if traced(key) && key as u32 != 0 {
+        let start = OffCpuStart {
+            start_ns: now,
+            pid_tgid: key,
+            user_stack: ctx
+                .get_stackid(&STACK_TRACES, BPF_F_USER_STACK as u64)
+                .map(|id| id as i32)
+                .unwrap_or(-1),
+            kernel_stack: ctx
+                .get_stackid(&STACK_TRACES, 0)
+                .map(|id| id as i32)
+                .unwrap_or(-1),
+        };
+        let _ = OFF_CPU_SINCE.insert(&(key as u32), &start, BPF_ANY as u64);
+    }
+    let next_off = CONFIG.get(config::SCHED_NEXT_PID).copied().unwrap_or(56) as usize;
+    // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
+    let Ok(next_tid) = (unsafe { ctx.read_at::<i32>(next_off & 0xff) }) else {
+        return 0;
+    };
+    let next_tid = next_tid as u32;
+    let Some(start) = OFF_CPU_SINCE.get_ptr(&next_tid) else {
+        return 0;
+    };
+    // SAFETY: a map value we only read before removing it.
+    let start = unsafe { *start };
+    let _ = OFF_CPU_SINCE.remove(&next_tid);
+    let off = now.saturating_sub(start.start_ns);
+    if let Some(st) = STACKS.get_ptr_mut(&start.pid_tgid) {
+        // SAFETY: the thread coming back is not running yet, so nothing else touches its stack.
+        let st = unsafe { &mut *st };
+        let len = st.len as usize;
+        if len > 0 && len <= MAX_DEPTH {
+            st.frames[slot(len - 1)].off_ns += off;
+        }
+    }
+    emit_stack(
+        EventKind::OffCpu,
+        start.pid_tgid,
+        off,
+        start.user_stack,
+        start.kernel_stack,
+    );
+    0
+}
+
+/// Sends a [`StackEvent`] for thread `key`: its innermost open phase and the return addresses
+/// its pending uretprobes replaced.
+#[inline(always)]
+fn emit_stack(kind: EventKind, key: u64, weight: u64, user_stack: i32, kernel_stack: i32) {
+    let Some(mut entry) = EVENTS.reserve::<StackEvent>(0) else {
+        bump(match kind {
+            EventKind::OffCpu => counter::LOST_OFF_CPU,
+            _ => counter::LOST_CPU_SAMPLES,
+        });
+        return;
+    };
+    let mut ev = StackEvent {
+        kind: kind as u32,
+        pid: (key >> 32) as u32,
+        tid: key as u32,
+        weight,
+        user_stack,
+        kernel_stack,
+        ..StackEvent::default()
+    };
+    if let Some(st) = STACKS.get_ptr(&key) {
+        // SAFETY: read-only look at the thread's stack.
+        let st = unsafe { &*st };
+        let len = st.len as usize;
+        if len > 0 && len <= MAX_DEPTH {
+            ev.node = st.frames[slot(len - 1)].node;
+            let mut n = 0usize;
+            let mut i = len;
+            for _ in 0..MAX_DEPTH {
+                if i == 0 || n >= MAX_PENDING_RETURNS {
+                    break;
+                }
+                i -= 1;
+                let f = &st.frames[slot(i)];
+                if f.uretprobe != 0 {
+                    ev.pending_returns[n & (MAX_PENDING_RETURNS - 1)] = f.ret_addr;
+                    n += 1;
+                }
+            }
+            ev.npending = n as u32;
+        }
+    }
+    entry.write(ev);
+    entry.submit(submit_flags());
 }
 
 #[cfg(not(test))]

@@ -1,0 +1,203 @@
+//! The kernel side of a run: kernel phases (tracepoint pairs), off-CPU tracking
+//! (sched:sched_switch) and CPU sampling (software cpu-clock perf events, one per CPU).
+//!
+//! These programs fire for every process on the host; the BPF side drops whatever is not in
+//! the `TRACED` set first thing, so untraced processes pay one hash lookup per hit.
+
+use anyhow::{Context, Result};
+use aya::maps::{Array, HashMap};
+use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
+use aya::programs::{PerfEvent, TracePoint};
+use wprof_common::{config, TracepointRole, SYS_EXIT_BIT};
+
+use super::Tracer;
+use crate::resolve::kernel::{tracefs, Tracepoint};
+use crate::resolve::{ResolvedPhase, Status};
+
+const TRACEPOINT_PROG: &str = "wprof_tp";
+const SYS_ENTER_PROG: &str = "wprof_sys_enter";
+const SYS_EXIT_PROG: &str = "wprof_sys_exit";
+const SCHED_SWITCH_PROG: &str = "wprof_sched_switch";
+const CPU_SAMPLE_PROG: &str = "wprof_cpu_sample";
+
+impl Tracer {
+    /// Adds processes to the set the kernel-side programs report on.
+    pub fn trace_pids(&mut self, pids: &[u32]) -> Result<()> {
+        let mut traced: HashMap<_, u32, u8> = HashMap::try_from(
+            self.ebpf
+                .map_mut("TRACED")
+                .context("BPF object has no TRACED map")?,
+        )?;
+        for &pid in pids {
+            traced
+                .insert(&pid, &1u8, 0)
+                .with_context(|| format!("add pid {pid} to the traced set"))?;
+        }
+        Ok(())
+    }
+
+    /// Attaches the enter and exit tracepoints of every resolved kernel phase; returns how
+    /// many tracepoints were attached.
+    pub fn attach_kernel_phases(&mut self, phases: &[ResolvedPhase]) -> Result<usize> {
+        let kernel: Vec<_> = phases
+            .iter()
+            .filter(|p| matches!(p.status, Status::Resolved))
+            .filter_map(|p| p.kernel.as_ref().map(|k| (p.id, k)))
+            .collect();
+        if kernel.is_empty() {
+            return Ok(0);
+        }
+        for (phase, k) in &kernel {
+            for (tp, exit) in [(&k.enter, 0), (&k.exit, 1)] {
+                self.register_tracepoint(tp, *phase, exit)?;
+            }
+        }
+        let mut n = 0;
+        for (_, k) in &kernel {
+            for tp in [&k.enter, &k.exit] {
+                let name = match (tp.syscall_nr, tp.syscall_exit) {
+                    (None, _) => TRACEPOINT_PROG,
+                    (Some(_), false) => SYS_ENTER_PROG,
+                    (Some(_), true) => SYS_EXIT_PROG,
+                };
+                let (prog, first) = self.extra_program::<TracePoint>(name)?;
+                if first {
+                    prog.load()
+                        .with_context(|| format!("verify and load BPF program {name}"))?;
+                }
+                prog.attach(&tp.category, &tp.name)
+                    .with_context(|| format!("attach tracepoint {tp}"))?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Tells the BPF side that `tp` opens (`exit` 0) or closes (1) `phase`.
+    fn register_tracepoint(&mut self, tp: &Tracepoint, phase: u32, exit: u32) -> Result<()> {
+        match tp.syscall_nr {
+            Some(nr) => {
+                let mut slots: Array<_, u32> = Array::try_from(
+                    self.ebpf
+                        .map_mut("SYS_PHASES")
+                        .context("BPF object has no SYS_PHASES map")?,
+                )?;
+                let index = nr | if tp.syscall_exit { SYS_EXIT_BIT } else { 0 };
+                slots
+                    .set(index, &(phase + 1), 0)
+                    .with_context(|| format!("register tracepoint {tp}"))?;
+            }
+            None => {
+                let mut roles: HashMap<_, u32, TracepointRole> = HashMap::try_from(
+                    self.ebpf
+                        .map_mut("TP_PHASES")
+                        .context("BPF object has no TP_PHASES map")?,
+                )?;
+                roles
+                    .insert(&tp.id, &TracepointRole { phase, exit }, 0)
+                    .with_context(|| format!("register tracepoint {tp}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts tracking when traced threads leave and re-enter the CPU.
+    pub fn attach_off_cpu(&mut self) -> Result<()> {
+        let (prev, next) = sched_switch_offsets();
+        {
+            let mut cfg: Array<_, u64> = Array::try_from(
+                self.ebpf
+                    .map_mut("CONFIG")
+                    .context("BPF object has no CONFIG map")?,
+            )?;
+            cfg.set(config::SCHED_PREV_PID, &prev, 0)?;
+            cfg.set(config::SCHED_NEXT_PID, &next, 0)?;
+        }
+        let (prog, first) = self.extra_program::<TracePoint>(SCHED_SWITCH_PROG)?;
+        if first {
+            prog.load().context("verify and load the sched_switch program")?;
+        }
+        prog.attach("sched", "sched_switch")
+            .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")?;
+        Ok(())
+    }
+
+    /// Samples every CPU `hz` times a second with the software cpu-clock event (these VMs
+    /// have no hardware PMU); samples of untraced processes are dropped in BPF.
+    pub fn attach_cpu_sampling(&mut self, hz: u64) -> Result<usize> {
+        let cpus = aya::util::online_cpus()
+            .map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
+        let (prog, first) = self.extra_program::<PerfEvent>(CPU_SAMPLE_PROG)?;
+        if first {
+            prog.load().context("verify and load the CPU sampling program")?;
+        }
+        for &cpu in &cpus {
+            prog.attach(
+                PerfEventConfig::Software(SoftwareEvent::CpuClock),
+                PerfEventScope::AllProcessesOneCpu { cpu },
+                SamplePolicy::Frequency(hz),
+                false,
+            )
+            .with_context(|| {
+                format!("open a cpu-clock perf event on CPU {cpu} (perf_event_paranoid?)")
+            })?;
+        }
+        Ok(cpus.len())
+    }
+
+    /// One of the on-demand programs, and whether it still has to be loaded (first use).
+    fn extra_program<P>(&mut self, name: &'static str) -> Result<(&mut P, bool)>
+    where
+        for<'a> &'a mut P:
+            TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
+    {
+        let first = !self.extra.contains(&name);
+        let prog: &mut P = self
+            .ebpf
+            .program_mut(name)
+            .with_context(|| format!("BPF object has no program {name}"))?
+            .try_into()
+            .with_context(|| format!("BPF program {name} has an unexpected type"))?;
+        if first {
+            self.extra.push(name);
+        }
+        Ok((prog, first))
+    }
+
+    /// Unloads the on-demand programs, which detaches their links.
+    pub(super) fn unload_extra(&mut self) {
+        for name in std::mem::take(&mut self.extra) {
+            let Some(p) = self.ebpf.program_mut(name) else {
+                continue;
+            };
+            if let Ok(tp) = <&mut TracePoint>::try_from(&mut *p) {
+                let _ = tp.unload();
+            } else if let Ok(pe) = <&mut PerfEvent>::try_from(p) {
+                let _ = pe.unload();
+            }
+        }
+    }
+}
+
+/// Offsets of `prev_pid` and `next_pid` in sched:sched_switch records, from the tracefs format
+/// (the kernel's own description); the long-stable layout when it cannot be read.
+fn sched_switch_offsets() -> (u64, u64) {
+    let format = tracefs()
+        .and_then(|t| std::fs::read_to_string(t.join("events/sched/sched_switch/format")).ok())
+        .unwrap_or_default();
+    let offset_of = |field: &str| {
+        format.lines().find_map(|l| {
+            let l = l.trim();
+            if !l.contains(&format!(" {field};")) {
+                return None;
+            }
+            l.split(';')
+                .find_map(|part| part.trim().strip_prefix("offset:"))
+                .and_then(|v| v.parse().ok())
+        })
+    };
+    (
+        offset_of("prev_pid").unwrap_or(24),
+        offset_of("next_pid").unwrap_or(56),
+    )
+}

@@ -1,0 +1,109 @@
+//! The stack side of a run (`--cpu-sample`, `--off-cpu`): records in, folded profiles out.
+//!
+//! During the run each new process's mappings are snapshotted at once (a traced command may
+//! have exited by the time its stacks are named) and refreshed every second (libraries
+//! loaded later). At the end the stacks are read from BPF, uretprobe trampolines restored,
+//! frames named with blazesym, and each stack put under its phase path.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use wprof_common::counter;
+
+use crate::aggregate::stacks::{fold, profile, FrameNamer, StackAggregator};
+use crate::aggregate::Aggregator;
+use crate::attach::Tracer;
+use crate::collect::{read_stacks, EndState};
+use crate::model::StackProfile;
+use crate::symbolize::{restore_uretprobe_returns, MapsCache, StackSymbolizer};
+
+/// How often the mappings of traced processes are read again.
+const MAPS_REFRESH: Duration = Duration::from_secs(1);
+
+/// Stack records of a run and the process mappings needed to name them.
+pub struct StackSink {
+    /// The records, aggregated.
+    pub agg: StackAggregator,
+    maps: MapsCache,
+    last_refresh: Instant,
+}
+
+impl Default for StackSink {
+    fn default() -> Self {
+        StackSink {
+            agg: StackAggregator::default(),
+            maps: MapsCache::new(),
+            last_refresh: Instant::now(),
+        }
+    }
+}
+
+impl StackSink {
+    /// Call after each drain: snapshots new processes' mappings, refreshes the others'.
+    pub fn after_drain(&mut self) {
+        for pid in self.agg.take_new_pids() {
+            self.maps.get(pid);
+        }
+        if self.last_refresh.elapsed() >= MAPS_REFRESH {
+            self.last_refresh = Instant::now();
+            let pids: Vec<u32> = self.agg.pids().collect();
+            for pid in pids {
+                self.maps.refresh(pid);
+            }
+        }
+    }
+
+    /// Builds the CPU and off-CPU profiles (None for a kind the run did not collect).
+    pub fn finish(
+        mut self,
+        tracer: &mut Tracer,
+        tree: &Aggregator,
+        names: &[String],
+        end: &EndState,
+        cpu_hz: Option<u64>,
+        off_cpu: bool,
+    ) -> Result<(Option<StackProfile>, Option<StackProfile>)> {
+        self.after_drain();
+        let stacks = read_stacks(tracer, self.agg.stack_ids())?;
+        let mut namer = Namer {
+            maps: self.maps,
+            symbolizer: StackSymbolizer::new(),
+        };
+        let path_of = |node| tree.path_of(node, names);
+        let cpu = cpu_hz.map(|hz| {
+            let folded = fold(&self.agg.cpu, &stacks, path_of, &mut namer);
+            let lost = end.counter(counter::LOST_CPU_SAMPLES);
+            profile("samples", Some(hz), &self.agg.cpu, lost, folded)
+        });
+        let off = off_cpu.then(|| {
+            let folded = fold(&self.agg.off_cpu, &stacks, path_of, &mut namer);
+            let lost = end.counter(counter::LOST_OFF_CPU);
+            profile("ns", None, &self.agg.off_cpu, lost, folded)
+        });
+        Ok((cpu, off))
+    }
+}
+
+/// Names frames from the mapping snapshots with blazesym.
+struct Namer {
+    maps: MapsCache,
+    symbolizer: StackSymbolizer,
+}
+
+impl FrameNamer for Namer {
+    fn user_frames(&mut self, pid: u32, stack: &[u64], pending: &[u64]) -> Vec<String> {
+        if stack.is_empty() {
+            return Vec::new();
+        }
+        let Some(maps) = self.maps.covering(pid, stack[0]) else {
+            return vec![format!("[pid {pid} gone: no mappings]")];
+        };
+        let mut stack = stack.to_vec();
+        restore_uretprobe_returns(&mut stack, maps, pending);
+        self.symbolizer.user_frames(maps, &stack)
+    }
+
+    fn kernel_frames(&mut self, stack: &[u64]) -> Vec<String> {
+        self.symbolizer.kernel_frames(stack)
+    }
+}
