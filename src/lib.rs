@@ -19,5 +19,8 @@ pub mod profile;
 pub mod render;
 pub mod resolve;
 pub mod session;
+/// Stack symbolization: BPF stack addresses (user via `/proc/PID/maps` snapshots, kernel via
+/// kallsyms) -> frame names for folded stacks, with blazesym.
+pub mod symbolize;
 #[doc(hidden)]
 pub mod testing;
