@@ -75,13 +75,21 @@ pub struct TraceArgs {
     /// Where --interval writes its JSON lines.
     #[arg(long, value_name = "FILE.jsonl")]
     pub snapshots: Option<PathBuf>,
+    /// Sample the traced threads' stacks HZ times a second (software cpu-clock; user and
+    /// kernel stacks, each prefixed by the phase open at that moment).
+    #[arg(long, value_name = "HZ", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub cpu_sample: Option<u64>,
+    /// Track the time traced threads spend off the CPU, per phase, and where they block
+    /// (sched:sched_switch).
+    #[arg(long)]
+    pub off_cpu: bool,
 }
 
 /// Output files.
 #[derive(Debug, Args, Clone, Default)]
 pub struct OutputArgs {
     /// Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg,
-    /// calls.csv, trace.json).
+    /// calls.csv, trace.json; cpu.folded/cpu.svg and offcpu.folded/offcpu.svg when sampled).
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
     /// Write the run as JSON (schema v1, docs/json.md).
@@ -99,6 +107,18 @@ pub struct OutputArgs {
     /// Write a Chrome/Perfetto trace (JSON) of the recorded spans.
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<PathBuf>,
+    /// Write the CPU samples as folded stacks (phase path, then user and kernel frames).
+    #[arg(long, value_name = "FILE", requires = "cpu_sample")]
+    pub cpu_folded: Option<PathBuf>,
+    /// Write the CPU flamegraph (SVG) of the samples, each stack under its phase.
+    #[arg(long, value_name = "FILE.svg", requires = "cpu_sample")]
+    pub cpu_flamegraph: Option<PathBuf>,
+    /// Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked).
+    #[arg(long, value_name = "FILE", requires = "off_cpu")]
+    pub off_cpu_folded: Option<PathBuf>,
+    /// Write the off-CPU flamegraph (SVG).
+    #[arg(long, value_name = "FILE.svg", requires = "off_cpu")]
+    pub off_cpu_flamegraph: Option<PathBuf>,
 }
 
 /// `wprof attach`.
@@ -199,6 +219,10 @@ pub struct CompareArgs {
     /// Also write a differential folded file (base and new self time per stack).
     #[arg(long, value_name = "FILE")]
     pub folded_diff: Option<PathBuf>,
+    /// Also write a differential flamegraph SVG: widths are the new run's time per root call,
+    /// colors the change of each frame's inclusive time (red grew, blue shrank).
+    #[arg(long, value_name = "FILE")]
+    pub flamegraph: Option<PathBuf>,
 }
 
 /// How compare lines nodes up.
@@ -246,6 +270,14 @@ pub enum ReportFormat {
     Csv,
     /// Chrome/Perfetto trace JSON.
     Trace,
+    /// CPU samples as folded stacks (runs recorded with --cpu-sample).
+    CpuFolded,
+    /// The CPU flamegraph.
+    CpuSvg,
+    /// Off-CPU time as folded stacks (runs recorded with --off-cpu).
+    OffcpuFolded,
+    /// The off-CPU flamegraph.
+    OffcpuSvg,
 }
 
 /// `--return` values.

@@ -140,6 +140,10 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         ReportFormat::Svg => session::OutputKind::Svg,
         ReportFormat::Csv => session::OutputKind::Csv,
         ReportFormat::Trace => session::OutputKind::Trace,
+        ReportFormat::CpuFolded => session::OutputKind::CpuFolded,
+        ReportFormat::CpuSvg => session::OutputKind::CpuSvg,
+        ReportFormat::OffcpuFolded => session::OutputKind::OffCpuFolded,
+        ReportFormat::OffcpuSvg => session::OutputKind::OffCpuSvg,
     };
     match &a.output {
         Some(p) => {

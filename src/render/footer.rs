@@ -40,6 +40,23 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         out.push_str(&format!(" · no stack {}", c.no_stack));
     }
     out.push('\n');
+    if let Some(cpu) = &run.cpu {
+        out.push_str(&format!(
+            "cpu samples {} at {} Hz per CPU · lost {} (cpu.folded / cpu.svg)\n",
+            cpu.records,
+            cpu.frequency_hz.unwrap_or(0),
+            cpu.lost
+        ));
+    }
+    if let Some(off) = &run.off_cpu {
+        out.push_str(&format!(
+            "off-cpu: {} switches, {} off the CPU · lost {} (offcpu.folded / offcpu.svg); \
+             on-cpu/off-cpu columns: time per root call\n",
+            off.records,
+            format_ns(off.total() as f64),
+            off.lost
+        ));
+    }
 
     let pc = &run.probe_cost;
     let traced: u64 = run.tree.roots.iter().map(|r| r.total_ns).sum();

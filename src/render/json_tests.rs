@@ -73,6 +73,7 @@ fn document_shape() {
         [
             "calls",
             "counters",
+            "cpu_profile",
             "phases",
             "probe_cost",
             "provenance",

@@ -246,6 +246,23 @@ pub fn sample_run() -> Run {
             ],
             capped: false,
         },
+        cpu: Some(crate::model::StackProfile {
+            unit: "samples".into(),
+            frequency_hz: Some(99),
+            records: 12,
+            lost: 1,
+            stacks: vec![
+                crate::model::FoldedStack {
+                    stack: "write_record;persist_block;main;write_record;spin_ns".into(),
+                    weight: 9,
+                },
+                crate::model::FoldedStack {
+                    stack: "[outside phases];main".into(),
+                    weight: 3,
+                },
+            ],
+        }),
+        off_cpu: None,
     }
 }
 

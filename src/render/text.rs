@@ -3,7 +3,8 @@
 //! In: a [`Run`] and [`TextOptions`]. Out: one string — per root phase a box-drawn tree whose
 //! first time column is the node's total divided by the root's calls (so sibling rows add up to
 //! their parent), then the share of the parent, the node's own n, mean, p50 and p99, and the
-//! estimated probe share; a `(self)` row under every node with children; rows for calls that
+//! estimated probe share, and with `--off-cpu` the on-CPU and off-CPU time per root call
+//! (they add up to the first column); a `(self)` row under every node with children; rows for calls that
 //! could not be timed; then the footer (see `footer.rs`).
 
 use std::collections::HashMap;
@@ -148,6 +149,8 @@ enum Row {
         /// mean, p50, p99 — absent when no call completed.
         stats: Option<[String; 3]>,
         probe: Option<f64>,
+        /// On-CPU and off-CPU time per root call (runs with `--off-cpu`).
+        on_off: Option<[String; 2]>,
     },
     SelfTime {
         label: String,
@@ -180,6 +183,7 @@ impl Row {
                 count,
                 stats,
                 probe,
+                on_off,
             } => {
                 let name = if *is_root {
                     paint(label, BOLD, opts.color)
@@ -192,6 +196,9 @@ impl Row {
                 );
                 if let Some([mean, p50, p99]) = stats {
                     s.push_str(&format!("  mean {mean:>8}  p50 {p50:>8}  p99 {p99:>8}"));
+                }
+                if let Some([on, off]) = on_off {
+                    s.push_str(&format!("  on-cpu {on:>8}  off-cpu {off:>8}"));
                 }
                 if let Some(p) = probe {
                     // "0%" would read as "no probes here".
@@ -291,6 +298,12 @@ fn walk(
         count: node.count,
         stats,
         probe,
+        on_off: node.off_cpu_ns.map(|off| {
+            [
+                per_root(node.total_ns.saturating_sub(off), root_calls),
+                per_root(off, root_calls),
+            ]
+        }),
     });
 
     let mut under: Vec<Under<'_>> = node.children.iter().map(Under::Child).collect();

@@ -316,17 +316,30 @@ fn build_run(
                 objects.push(o);
             }
         }
+        let (object, symbols, return_mode) = match &rp.kernel {
+            // A kernel phase: its two tracepoints instead of an object's symbols.
+            Some(k) => (
+                "[kernel]".to_string(),
+                vec![k.enter.to_string(), k.exit.to_string()],
+                "tracepoint".to_string(),
+            ),
+            None => (
+                first.map(|t| t.display_object.clone()).unwrap_or_default(),
+                rp.targets.iter().map(|t| t.symbol.clone()).collect(),
+                if attached {
+                    rp.return_mode.as_str().to_string()
+                } else {
+                    "-".into()
+                },
+            ),
+        };
         infos.push(PhaseInfo {
             id: rp.id,
             name: rp.phase.name.clone(),
             role: rp.phase.role.clone(),
-            object: first.map(|t| t.display_object.clone()).unwrap_or_default(),
-            symbols: rp.targets.iter().map(|t| t.symbol.clone()).collect(),
-            return_mode: if attached {
-                rp.return_mode.as_str().to_string()
-            } else {
-                "-".into()
-            },
+            object,
+            symbols,
+            return_mode,
             entry_cost: first
                 .map(|t| probe_cost::class_name(t.entry.cost).to_string())
                 .unwrap_or_default(),

@@ -4,11 +4,11 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 
 use crate::args::OutputArgs;
 use crate::model::Run;
-use crate::render;
+use crate::render::{self, StackKind};
 
 /// Prints the tree (unless `quiet`) and writes every requested file. Each file is written
 /// even if an earlier one failed; the first error is returned.
@@ -28,6 +28,14 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
         jobs.push((dir.join("phases.svg"), Kind::Svg));
         jobs.push((dir.join("calls.csv"), Kind::Csv));
         jobs.push((dir.join("trace.json"), Kind::Trace));
+        if run.cpu.is_some() {
+            jobs.push((dir.join("cpu.folded"), Kind::CpuFolded));
+            jobs.push((dir.join("cpu.svg"), Kind::CpuSvg));
+        }
+        if run.off_cpu.is_some() {
+            jobs.push((dir.join("offcpu.folded"), Kind::OffCpuFolded));
+            jobs.push((dir.join("offcpu.svg"), Kind::OffCpuSvg));
+        }
     }
     if let Some(p) = &out.json {
         jobs.push((p.clone(), Kind::Json));
@@ -43,6 +51,16 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
     }
     if let Some(p) = &out.trace {
         jobs.push((p.clone(), Kind::Trace));
+    }
+    for (path, kind) in [
+        (&out.cpu_folded, Kind::CpuFolded),
+        (&out.cpu_flamegraph, Kind::CpuSvg),
+        (&out.off_cpu_folded, Kind::OffCpuFolded),
+        (&out.off_cpu_flamegraph, Kind::OffCpuSvg),
+    ] {
+        if let Some(p) = path {
+            jobs.push((p.clone(), kind));
+        }
     }
     let mut first_err = None;
     for (path, kind) in jobs {
@@ -69,6 +87,14 @@ pub enum Kind {
     Csv,
     /// Chrome/Perfetto trace JSON.
     Trace,
+    /// CPU samples as folded stacks under their phases.
+    CpuFolded,
+    /// CPU flamegraph.
+    CpuSvg,
+    /// Off-CPU time as folded stacks under their phases.
+    OffCpuFolded,
+    /// Off-CPU flamegraph.
+    OffCpuSvg,
 }
 
 /// Renders `run` in `kind` into `w`.
@@ -92,6 +118,25 @@ pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
         Kind::Trace => {
             serde_json::to_writer(&mut *w, &render::chrome_trace(run))?;
             writeln!(w)?;
+        }
+        Kind::CpuFolded | Kind::CpuSvg | Kind::OffCpuFolded | Kind::OffCpuSvg => {
+            let (profile, stack_kind, what, flag) = match kind {
+                Kind::CpuFolded | Kind::CpuSvg => {
+                    (&run.cpu, StackKind::Cpu, "CPU samples", "--cpu-sample HZ")
+                }
+                _ => (&run.off_cpu, StackKind::OffCpu, "off-CPU time", "--off-cpu"),
+            };
+            let Some(profile) = profile else {
+                bail!("this run has no {what}: record it with {flag}");
+            };
+            if matches!(kind, Kind::CpuFolded | Kind::OffCpuFolded) {
+                w.write_all(profile.folded().as_bytes())?;
+            } else {
+                let title = format!("wprof: {} — {what} by phase", run.provenance.profile_name);
+                let mut buf = Vec::new();
+                render::stack_flamegraph_svg(profile, stack_kind, &title, &mut buf)?;
+                w.write_all(&buf)?;
+            }
         }
     }
     Ok(())

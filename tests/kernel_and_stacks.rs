@@ -1,0 +1,206 @@
+//! Privileged tests of the kernel side of a run on real probes: a `syscall` phase nested in
+//! the user phase that makes the call, on-CPU/off-CPU time per phase (`--off-cpu`), CPU
+//! samples attributed to phases (`--cpu-sample`), and the CPU/off-CPU flamegraphs.
+
+mod common;
+
+use common::*;
+
+const ITERATIONS: u64 = 200;
+
+/// The fixture's write path with the fdatasync syscall as a kernel phase.
+const PROFILE: &str = r#"
+name = "fixture-kernel"
+object = "exe"
+[[phase]]
+name = "write_record"
+symbol = "write_record"
+[[phase]]
+name = "persist_block"
+symbol = "persist_block"
+[[phase]]
+name = "flush_block"
+symbol = "flush_block"
+[[phase]]
+name = "wal_sync"
+symbol = "wal_sync"
+[[phase]]
+name = "fdatasync"
+syscall = "fdatasync"
+"#;
+
+/// `(stack, weight)` of a profile in a run JSON.
+fn stacks(run: &serde_json::Value, profile: &str) -> Vec<(String, u64)> {
+    run[profile]["stacks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {profile} in the run"))
+        .iter()
+        .map(|s| (s[0].as_str().unwrap().to_string(), s[1].as_u64().unwrap()))
+        .collect()
+}
+
+fn weight_under(stacks: &[(String, u64)], prefix: &str) -> u64 {
+    stacks
+        .iter()
+        .filter(|(s, _)| s.starts_with(prefix))
+        .map(|s| s.1)
+        .sum()
+}
+
+/// `(title, fg:w)` of every frame of an inferno SVG.
+fn svg_frames(path: &std::path::Path) -> Vec<(String, u64)> {
+    let svg = std::fs::read_to_string(path).unwrap();
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&svg, opts)
+        .unwrap_or_else(|e| panic!("{} is not XML: {e}", path.display()));
+    doc.descendants()
+        .filter(|n| n.has_tag_name("g"))
+        .filter_map(|g| {
+            let title = g.children().find(|c| c.has_tag_name("title"))?.text()?;
+            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
+            let w = rect.attributes().find(|a| a.name() == "w")?.value();
+            Some((title.to_string(), w.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
+    if !bpf_available() {
+        return;
+    }
+    let _lock = bpf_lock();
+    let dir = tempdir();
+    let profile = dir.path().join("kernel.toml");
+    std::fs::write(&profile, PROFILE).unwrap();
+    let out_dir = dir.path().join("out");
+    let out = run(wprof()
+        .args(["record", "-q", "--off-cpu", "--cpu-sample", "999", "--target"])
+        .arg(&profile)
+        .arg("--out")
+        .arg(&out_dir)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", &ITERATIONS.to_string()])
+        // flush_block spins 1 ms; wal_sync writes + fdatasyncs a file, then sleeps 1 ms.
+        .args(["--flush-us", "1000", "--sleep-phase-us", "1000", "--sync-file"])
+        .arg(dir.path().join("wal.dat")));
+    let stdout = text(&out);
+    assert!(out.status.success(), "wprof record failed:\n{stdout}");
+    assert!(
+        stdout.contains(&format!("fdatasyncs={ITERATIONS}")),
+        "{stdout}"
+    );
+    let runj = read_json(&out_dir.join("run.json"));
+
+    // The syscall phase nests inside the user phase that makes it, once per call.
+    let sync = node(&runj, &["write_record", "wal_sync", "fdatasync"]);
+    assert_eq!(u(sync, "count"), ITERATIONS, "{}", summary(&runj));
+    assert_eq!(u(node(&runj, &["write_record"]), "count"), ITERATIONS);
+
+    // On/off CPU per phase: the spinning phase runs, the sleeping one waits.
+    let share_off = |path: &[&str]| {
+        let n = node(&runj, path);
+        u(n, "off_cpu_ns") as f64 / u(n, "total_ns") as f64
+    };
+    let flush_off = share_off(&["write_record", "persist_block", "flush_block"]);
+    assert!(flush_off <= 0.10, "spinning flush_block off-CPU {flush_off:.3}");
+    let wal_off = share_off(&["write_record", "wal_sync"]);
+    assert!(wal_off >= 0.90, "sleeping wal_sync off-CPU only {wal_off:.3}");
+    // Both views of off-CPU time agree: the tree's (per call) and the stacks' (per switch).
+    let off = stacks(&runj, "off_cpu_profile");
+    let in_wal = weight_under(&off, "write_record;wal_sync;") as f64;
+    let wal_node = u(node(&runj, &["write_record", "wal_sync"]), "off_cpu_ns") as f64;
+    assert!(
+        (in_wal / wal_node - 1.0).abs() < 0.02,
+        "off-CPU stacks under wal_sync {in_wal} ns vs the tree's {wal_node} ns"
+    );
+    // Where it blocked: fdatasync's own kernel path, under the fdatasync phase.
+    assert!(
+        off.iter().any(|(s, _)| s
+            .starts_with("write_record;wal_sync;fdatasync;")
+            && s.contains("fdatasync_[k]")),
+        "no kernel fdatasync frame under the fdatasync phase: {off:#?}"
+    );
+
+    // CPU samples of the spinning phase land under its prefix, with its spin function on
+    // top of the phase's own frame, and the uretprobe trampolines are restored.
+    let cpu = stacks(&runj, "cpu_profile");
+    assert!(
+        !cpu.iter().any(|(s, _)| s.contains("[uprobes]")),
+        "a uretprobe trampoline was left in a stack: {cpu:#?}"
+    );
+    let prefix = "write_record;persist_block;flush_block;";
+    let in_flush: Vec<&(String, u64)> = cpu.iter().filter(|(s, _)| s.starts_with(prefix)).collect();
+    let total: u64 = in_flush.iter().map(|s| s.1).sum();
+    assert!(total >= 50, "only {total} samples in flush_block: {cpu:#?}");
+    let spinning: u64 = in_flush
+        .iter()
+        .filter(|(s, _)| s.ends_with(";write_record;persist_block;flush_block;spin_ns"))
+        .map(|s| s.1)
+        .sum();
+    assert!(
+        spinning as f64 >= 0.7 * total as f64,
+        "{spinning} of {total} flush_block samples end in flush_block;spin_ns: {in_flush:#?}"
+    );
+
+    // The folded files are the profiles; the SVGs parse and their widths are the weights.
+    for (file, profile) in [("cpu.folded", &cpu), ("offcpu.folded", &off)] {
+        let folded = std::fs::read_to_string(out_dir.join(file)).unwrap();
+        let parsed: Vec<(String, u64)> = folded
+            .lines()
+            .map(|l| {
+                let (s, w) = l.rsplit_once(' ').expect("stack weight");
+                (s.to_string(), w.parse().expect("weight"))
+            })
+            .collect();
+        assert_eq!(&parsed, profile, "{file}");
+    }
+    for (svg, profile) in [("cpu.svg", &cpu), ("offcpu.svg", &off)] {
+        let frames = svg_frames(&out_dir.join(svg));
+        // The phase frame at the bottom is the widest write_record frame (the user stacks
+        // above it hold write_record again).
+        let root = frames
+            .iter()
+            .filter(|(t, _)| t.starts_with("write_record ("))
+            .map(|f| f.1)
+            .max()
+            .unwrap_or_else(|| panic!("no write_record frame in {svg}"));
+        assert_eq!(root, weight_under(profile, "write_record;"), "{svg}");
+    }
+
+    // Nothing of wprof is left in the kernel, tracepoints and perf events included.
+    assert!(
+        wprof_program_ids().is_empty(),
+        "left behind: {:?}",
+        wprof_leftovers(&[])
+    );
+}
+
+#[test]
+fn unknown_syscall_is_exit_4_with_the_nearest_names() {
+    if !bpf_available() {
+        return;
+    }
+    let dir = tempdir();
+    let profile = dir.path().join("bad.toml");
+    std::fs::write(
+        &profile,
+        "name = \"bad\"\n[[phase]]\nname = \"w\"\nsymbol = \"write_record\"\n\
+         [[phase]]\nname = \"sync\"\nsyscall = \"fdatasyn\"\n",
+    )
+    .unwrap();
+    let out = run(wprof()
+        .args(["record", "-q", "--target"])
+        .arg(&profile)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "1"]));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let t = text(&out);
+    assert!(t.contains("no syscall 'fdatasyn'"), "{t}");
+    assert!(t.contains("syscalls:sys_enter_fdatasync"), "{t}");
+}
