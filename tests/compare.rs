@@ -367,3 +367,126 @@ fn bad_input_is_a_usage_error() {
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("no per-call table"));
 }
+
+/// The frames of an SVG flamegraph (which must parse as XML): (title, fill).
+fn svg_frames(path: &Path) -> Vec<(String, String)> {
+    let svg =
+        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let opts = roxmltree::ParsingOptions {
+        allow_dtd: true,
+        ..Default::default()
+    };
+    let doc = roxmltree::Document::parse_with_options(&svg, opts)
+        .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
+    doc.descendants()
+        .filter(|n| n.has_tag_name("g"))
+        .filter_map(|g| {
+            let title = g.children().find(|c| c.has_tag_name("title"))?;
+            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
+            Some((
+                title.text().unwrap_or_default().to_string(),
+                rect.attribute("fill")?.to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// The fill of the frame titled `name (...)`, as (r, g, b).
+fn fill_of(frames: &[(String, String)], name: &str) -> (u8, u8, u8) {
+    let (_, fill) = frames
+        .iter()
+        .find(|(t, _)| t.starts_with(&format!("{name} (")))
+        .unwrap_or_else(|| panic!("no frame {name} in {frames:#?}"));
+    let v: Vec<u8> = fill
+        .trim_start_matches("rgb(")
+        .trim_end_matches(')')
+        .split(',')
+        .map(|c| c.parse().unwrap_or_else(|e| panic!("{fill}: {e}")))
+        .collect();
+    assert_eq!(v.len(), 3, "{fill}");
+    (v[0], v[1], v[2])
+}
+
+/// Clearly red: full red, the other channels well below it.
+fn red(c: (u8, u8, u8)) -> bool {
+    c.0 == 255 && c.1 <= 200 && c.2 <= 200
+}
+
+#[test]
+fn flamegraph_of_a_slowdown_is_red_up_the_stack() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    // compress_block gets 20 times slower (+380 µs per root call); the rest is unchanged.
+    // The frames show mean time per root call, preemptions included: on a loaded two-core
+    // host those move a phase by tens of µs per root call, so the change must dwarf that.
+    let base = rec(dir.path(), "base.json", "fixture", &args("20", "100"));
+    let new = rec(dir.path(), "new.json", "fixture", &args("400", "100"));
+    let svg = dir.path().join("diff.svg");
+    let folded = dir.path().join("diff.folded");
+    let o = run(wprof()
+        .arg("compare")
+        .arg(&base)
+        .arg(&new)
+        .arg("--flamegraph")
+        .arg(&svg)
+        .arg("--folded-diff")
+        .arg(&folded));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let frames = svg_frames(&svg);
+    // The changed phase, and its ancestors, whose own self time did not change.
+    for name in ["compress_block", "persist_block", "write_record"] {
+        let c = fill_of(&frames, name);
+        assert!(red(c), "{name} is not red: {c:?}\n{frames:#?}");
+    }
+    let (title, _) = frames
+        .iter()
+        .find(|(t, _)| t.starts_with("compress_block ("))
+        .expect("compress frame");
+    assert!(
+        title.contains("new ") && title.contains("base ") && title.contains("%)"),
+        "{title}"
+    );
+    // --folded-diff still written alongside.
+    let f = std::fs::read_to_string(&folded).unwrap();
+    assert!(
+        f.contains("write_record;persist_block;compress_block "),
+        "{f}"
+    );
+}
+
+#[test]
+fn flamegraph_of_synthetic_runs() {
+    let dir = tempdir();
+    let p = |n: &str| dir.path().join(n);
+    std::fs::write(p("base.json"), synthetic("write_record", 100, 1000, "aa")).unwrap();
+    std::fs::write(p("new.json"), synthetic("write_record", 100, 1500, "aa")).unwrap();
+    std::fs::write(p("same.json"), synthetic("write_record", 50, 1000, "aa")).unwrap();
+    let draw = |a: &str, b: &str, svg: &str| {
+        let o = run(wprof()
+            .arg("compare")
+            .arg(p(a))
+            .arg(p(b))
+            .arg("--flamegraph")
+            .arg(p(svg)));
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+        svg_frames(&p(svg))
+    };
+    let frames = draw("base.json", "new.json", "slower.svg");
+    let c = fill_of(&frames, "write_record");
+    assert!(red(c), "{c:?}");
+    assert!(
+        frames
+            .iter()
+            .any(|(t, _)| t == "write_record (new 1.5 µs, base 1.0 µs, +50.0%)"),
+        "{frames:#?}"
+    );
+    let frames = draw("new.json", "base.json", "faster.svg");
+    let c = fill_of(&frames, "write_record");
+    assert!(c.2 == 255 && c.0 <= 200, "not blue: {c:?}");
+    // Per root call: a run half as long with the same calls is unchanged.
+    let frames = draw("base.json", "same.json", "same.svg");
+    assert_eq!(fill_of(&frames, "write_record"), (250, 250, 250));
+}

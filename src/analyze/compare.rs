@@ -424,6 +424,69 @@ pub fn folded_diff(c: &Comparison) -> String {
     out
 }
 
+/// The two folded inputs of the differential flamegraph: per aligned node, its self time **per
+/// root call** in the base run and in the new run (integer ns, rounded), as
+/// `(base_folded, new_folded)`. Stack frames are the aligned path (phase names, or roles with
+/// `--by role`). Per root call, so that two runs of different lengths compare: a run that
+/// simply lasted twice as long is not drawn twice as red.
+pub fn folded_pair(c: &Comparison) -> (String, String) {
+    let per_rc = |v: u64, rc: u64| {
+        if rc == 0 {
+            0
+        } else {
+            (v as f64 / rc as f64).round() as u64
+        }
+    };
+    let (mut base, mut new) = (String::new(), String::new());
+    for r in &c.rows {
+        let stack: Vec<String> = r
+            .key
+            .iter()
+            .map(|k| k.replace([';', '\n', '\r'], "_"))
+            .collect();
+        let stack = stack.join(";");
+        let b = r
+            .base
+            .as_ref()
+            .map_or(0, |s| per_rc(s.self_ns, c.base_root_calls));
+        let n = r
+            .new
+            .as_ref()
+            .map_or(0, |s| per_rc(s.self_ns, c.new_root_calls));
+        if b > 0 {
+            let _ = writeln!(base, "{stack} {b}");
+        }
+        if n > 0 {
+            let _ = writeln!(new, "{stack} {n}");
+        }
+    }
+    (base, new)
+}
+
+/// Writes the differential phase flamegraph of `--flamegraph` (see [`folded_pair`] and
+/// [`crate::render::differential_svg`]).
+fn write_flamegraph(c: &Comparison, a: &CompareArgs, path: &Path) -> Result<()> {
+    let (b, n) = folded_pair(c);
+    let name = |p: &Path| {
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |f| f.to_string_lossy().into_owned(),
+        )
+    };
+    let title = format!(
+        "wprof compare: {} time per root call, {} \u{2192} {}",
+        match a.by {
+            AlignBy::Phase => "phase",
+            AlignBy::Role => "role",
+        },
+        name(&a.base),
+        name(&a.new)
+    );
+    let mut svg = Vec::new();
+    crate::render::differential_svg(&b, &n, &title, "ns", &mut svg)?;
+    std::fs::write(path, svg).with_context(|| format!("write {}", path.display()))
+}
+
 fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
 }
@@ -512,6 +575,9 @@ pub fn run(a: CompareArgs) -> Result<i32> {
     }
     if let Some(p) = &a.folded_diff {
         write_file(p, &folded_diff(&c))?;
+    }
+    if let Some(p) = &a.flamegraph {
+        write_flamegraph(&c, &a, p)?;
     }
     Ok(if failed.is_empty() {
         exit::OK

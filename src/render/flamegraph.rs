@@ -114,6 +114,129 @@ mod tests {
         Ok(())
     }
 
+    /// A frame of an inferno SVG: title, `fg:w` (sample units) and the width in % of the graph.
+    #[derive(Debug)]
+    struct Frame {
+        title: String,
+        samples: u64,
+        width_pct: f64,
+    }
+
+    fn frames(svg: &str) -> Vec<Frame> {
+        let opts = roxmltree::ParsingOptions {
+            allow_dtd: true,
+            ..Default::default()
+        };
+        let doc = roxmltree::Document::parse_with_options(svg, opts)
+            .unwrap_or_else(|e| panic!("SVG does not parse: {e}"));
+        doc.descendants()
+            .filter(|n| n.has_tag_name("g"))
+            .filter_map(|g| {
+                let title = g.children().find(|c| c.has_tag_name("title"))?;
+                let rect = g.children().find(|c| c.has_tag_name("rect"))?;
+                // fg:w is in inferno's namespace; roxmltree names it "w".
+                let samples = rect
+                    .attributes()
+                    .find(|a| a.name() == "w")
+                    .and_then(|a| a.value().parse().ok())?;
+                let width_pct = rect.attribute("width")?.strip_suffix('%')?.parse().ok()?;
+                Some(Frame {
+                    title: title.text().unwrap_or_default().to_string(),
+                    samples,
+                    width_pct,
+                })
+            })
+            .collect()
+    }
+
+    /// (name, total_ns) of every node of the sample tree; its names are unique.
+    fn node_totals() -> Vec<(String, u64)> {
+        let run = sample_run();
+        let mut out = Vec::new();
+        for r in &run.tree.roots {
+            r.walk(&mut Vec::new(), &mut |_, n| {
+                out.push((n.name.clone(), n.total_ns))
+            });
+        }
+        out
+    }
+
+    fn only_frame<'a>(all: &'a [Frame], name: &str) -> &'a Frame {
+        let found: Vec<&Frame> = all
+            .iter()
+            .filter(|f| f.title.starts_with(&format!("{name} (")))
+            .collect();
+        assert_eq!(found.len(), 1, "frames titled {name}: {found:?}");
+        found[0]
+    }
+
+    #[test]
+    fn frame_widths_are_proportional_to_node_totals() -> anyhow::Result<()> {
+        let run = sample_run();
+        let mut buf = Vec::new();
+        flamegraph_svg(&folded(&run.tree), "phases", &mut buf)?;
+        let all = frames(&String::from_utf8(buf)?);
+        let totals = node_totals();
+        let grand: u64 = run.tree.roots.iter().map(|r| r.total_ns).sum();
+        assert!(grand > 0);
+        for (name, total) in &totals {
+            let f = only_frame(&all, name);
+            let want_pct = 100.0 * *total as f64 / grand as f64;
+            assert!(
+                (f.width_pct - want_pct).abs() <= 0.05 * want_pct,
+                "{name}: width {}% but total is {want_pct:.4}% of the graph",
+                f.width_pct
+            );
+            let ratio = f.samples as f64 / *total as f64;
+            assert!(
+                (0.95..=1.05).contains(&ratio),
+                "{name}: fg:w {} for a total of {total} ns",
+                f.samples
+            );
+        }
+        // Siblings keep their proportions: wal_sync inside wal_append.
+        let sync = only_frame(&all, "wal_sync");
+        let append = only_frame(&all, "wal_append");
+        let want = totals
+            .iter()
+            .find(|(n, _)| n == "wal_sync")
+            .map(|t| t.1)
+            .unwrap_or(0) as f64
+            / totals
+                .iter()
+                .find(|(n, _)| n == "wal_append")
+                .map(|t| t.1)
+                .unwrap_or(1) as f64;
+        let got = sync.width_pct / append.width_pct;
+        assert!((got / want - 1.0).abs() <= 0.05, "{got} vs {want}");
+        Ok(())
+    }
+
+    #[test]
+    fn folded_round_trips_through_inferno() -> anyhow::Result<()> {
+        // The folded text, drawn by inferno with its defaults (no wprof options): each frame
+        // holds exactly the node's total, and the whole graph the sum of the roots.
+        let run = sample_run();
+        let text = folded(&run.tree);
+        let mut opts = Options::default();
+        opts.min_width = 0.0;
+        let mut buf = Vec::new();
+        flamegraph::from_lines(&mut opts, text.lines(), &mut buf)?;
+        let all = frames(&String::from_utf8(buf)?);
+        let totals = node_totals();
+        assert_eq!(
+            all.len(),
+            totals.len() + 1,
+            "one frame per node plus all: {all:?}"
+        );
+        for (name, total) in &totals {
+            assert_eq!(only_frame(&all, name).samples, *total, "{name}");
+        }
+        let grand: u64 = run.tree.roots.iter().map(|r| r.total_ns).sum();
+        assert_eq!(only_frame(&all, "all").samples, grand);
+        Ok(())
+    }
+
     #[test]
     fn empty_input_still_gives_a_valid_svg() -> anyhow::Result<()> {
         let mut buf = Vec::new();

@@ -4,6 +4,7 @@
 //! bytes for the terminal and the output files; [`from_json`] reads a RUN.json back into a
 //! `Run` for `report`, `compare` and `check`. Plain values only: nothing here touches BPF.
 
+mod diff_flamegraph;
 mod flamegraph;
 mod folded;
 mod footer;
@@ -18,6 +19,7 @@ pub mod csv;
 pub mod trace;
 
 pub use csv::calls_csv;
+pub use diff_flamegraph::differential_svg;
 pub use flamegraph::{flamegraph_svg, PHASE_PALETTE};
 pub use folded::folded;
 pub use json::{from_json, parse_deep, to_json};
