@@ -17,7 +17,12 @@ pub const PHASE_PALETTE: Palette = Palette::Basic(BasicPalette::Aqua);
 /// Writes the flamegraph of `folded` to `out`.
 pub fn flamegraph_svg(folded: &str, title: &str, out: &mut impl Write) -> anyhow::Result<()> {
     if folded.lines().all(|l| l.trim().is_empty()) {
-        return empty_svg(title, out).context("write the flamegraph SVG");
+        return empty_svg(
+            title,
+            "no phase call completed during the run: nothing to draw",
+            out,
+        )
+        .context("write the flamegraph SVG");
     }
     let mut opts = Options::default();
     opts.title = title.to_string();
@@ -33,9 +38,9 @@ pub fn flamegraph_svg(folded: &str, title: &str, out: &mut impl Write) -> anyhow
     flamegraph::from_lines(&mut opts, folded.lines(), out).context("draw the phase flamegraph")
 }
 
-/// A minimal SVG carrying the title and a message, for a run without completed calls (inferno
+/// A minimal SVG carrying the title and a message, for a graph with nothing to draw (inferno
 /// would draw an error and fail).
-fn empty_svg(title: &str, out: &mut impl Write) -> std::io::Result<()> {
+pub(crate) fn empty_svg(title: &str, message: &str, out: &mut impl Write) -> std::io::Result<()> {
     write!(
         out,
         concat!(
@@ -44,10 +49,11 @@ fn empty_svg(title: &str, out: &mut impl Write) -> std::io::Result<()> {
             "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"#f8f8f8\"/>\n",
             "<text x=\"600\" y=\"24\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{}</text>\n",
             "<text x=\"600\" y=\"56\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"12\">",
-            "no phase call completed during the run: nothing to draw</text>\n",
+            "{}</text>\n",
             "</svg>\n"
         ),
-        xml_escape(title)
+        xml_escape(title),
+        xml_escape(message)
     )
 }
 

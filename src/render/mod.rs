@@ -9,6 +9,7 @@ mod flamegraph;
 mod folded;
 mod footer;
 mod json;
+mod stack_flamegraph;
 mod text;
 pub mod units;
 
@@ -23,5 +24,6 @@ pub use diff_flamegraph::differential_svg;
 pub use flamegraph::{flamegraph_svg, PHASE_PALETTE};
 pub use folded::folded;
 pub use json::{from_json, parse_deep, to_json};
+pub use stack_flamegraph::{stack_flamegraph_svg, StackKind};
 pub use text::{render_tree, TextOptions};
 pub use trace::chrome_trace;
