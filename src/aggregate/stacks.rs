@@ -14,6 +14,24 @@ use crate::model::{FoldedStack, StackProfile};
 /// The first frame of stacks taken while no phase was open on the thread.
 pub const OUTSIDE_PHASES: &str = "[outside phases]";
 
+/// The user frames of a stack taken while the kernel was handling a uprobe hit: the probe's
+/// cost, made visible under the phase it lands in.
+pub const UPROBE_HANDLING: &str = "[uprobe handling]";
+
+/// Kernel functions that mean the sample fell inside uprobe handling (the breakpoint trap,
+/// the single-step that follows it, the uretprobe trampoline). The user stack of such a
+/// sample cannot be trusted: the thread is stopped between a breakpoint and the function's
+/// frame set-up, or a uretprobe return is half done (its return address already restored
+/// while the open phase is not yet closed), so a frame-pointer walk skips or repeats callers.
+const UPROBE_KERNEL_FRAMES: &[&str] = &[
+    "asm_exc_int3_[k]",
+    "asm_exc_debug_[k]",
+    "handle_swbp_[k]",
+    "uprobe_notify_resume_[k]",
+    "__do_sys_uretprobe_[k]",
+    "uprobe_handle_trampoline_[k]",
+];
+
 /// What identifies one aggregated stack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct StackKey {
@@ -139,9 +157,15 @@ pub fn fold<'n>(
                 path.into_iter().map(str::to_string).collect()
             }
         };
-        let user = lookup(key.user_stack);
-        frames.extend(namer.user_frames(key.pid, user, &key.pending[..key.npending as usize]));
-        frames.extend(namer.kernel_frames(lookup(key.kernel_stack)));
+        let kernel = namer.kernel_frames(lookup(key.kernel_stack));
+        if kernel.iter().any(|f| UPROBE_KERNEL_FRAMES.contains(&f.as_str())) {
+            frames.push(UPROBE_HANDLING.to_string());
+        } else {
+            let user = lookup(key.user_stack);
+            let pending = &key.pending[..key.npending as usize];
+            frames.extend(namer.user_frames(key.pid, user, pending));
+        }
+        frames.extend(kernel);
         // ';' separates frames in the folded format; a name holding one would split.
         let line = frames
             .iter()
@@ -229,6 +253,24 @@ mod tests {
             ]
         );
         let off = fold(&a.off_cpu, &stacks, path, &mut Hex);
+        // A sample inside uprobe handling keeps its kernel frames, not its user stack.
+        let mut b = StackAggregator::default();
+        b.add(&ev(EventKind::CpuSample, 5, 1, 3, 1));
+        let trap = HashMap::from([(1, vec![0x10]), (3, vec![0xe])]);
+        struct Trap;
+        impl FrameNamer for Trap {
+            fn user_frames(&mut self, _: u32, _: &[u64], _: &[u64]) -> Vec<String> {
+                vec!["main".into()]
+            }
+            fn kernel_frames(&mut self, _: &[u64]) -> Vec<String> {
+                vec!["asm_exc_int3_[k]".into(), "handle_swbp_[k]".into()]
+            }
+        }
+        let t = fold(&b.cpu, &trap, path, &mut Trap);
+        assert_eq!(
+            t[0].stack,
+            "w;sync;[uprobe handling];asm_exc_int3_[k];handle_swbp_[k]"
+        );
         assert_eq!(off[0].stack, "w;sync;u20;u10;kb_[k];ka_[k]");
         assert_eq!(off[0].weight, 1500);
         let p = profile("ns", None, &a.off_cpu, 0, off);

@@ -239,7 +239,7 @@ fn run(
         }
         _ => None,
     };
-    let mut stack_sink = stacks::StackSink::default();
+    let mut stack_sink = stacks::StackSink::new(t.cpu_sample.is_some() || t.off_cpu);
     let t0 = std::time::Instant::now();
     let reason = trace_loop::run(
         &mut collector,

@@ -26,15 +26,61 @@ pub struct StackSink {
     pub agg: StackAggregator,
     maps: MapsCache,
     last_refresh: Instant,
+    bpf_symbols: BpfSymbols,
 }
 
-impl Default for StackSink {
-    fn default() -> Self {
+impl StackSink {
+    /// A sink for a run whose BPF programs are loaded now (their kernel symbols are read
+    /// here: they leave /proc/kallsyms when wprof detaches, before stacks are named).
+    pub fn new(taking_stacks: bool) -> StackSink {
         StackSink {
             agg: StackAggregator::default(),
             maps: MapsCache::new(),
             last_refresh: Instant::now(),
+            bpf_symbols: if taking_stacks {
+                BpfSymbols::read()
+            } else {
+                BpfSymbols::default()
+            },
         }
+    }
+}
+
+/// The JIT-compiled BPF programs listed in /proc/kallsyms (`bpf_prog_TAG_NAME [bpf]`), so
+/// kernel frames inside wprof's own programs get their names. blazesym's kallsyms source
+/// reads the core kernel's symbols only and would name them after the last core symbol.
+#[derive(Debug, Default)]
+struct BpfSymbols {
+    /// (start address, name), sorted.
+    starts: Vec<(u64, String)>,
+}
+
+/// No JIT image of a BPF program is this large: an address further from the nearest
+/// program start is not inside a program.
+const MAX_BPF_IMAGE: u64 = 1 << 20;
+
+impl BpfSymbols {
+    fn read() -> BpfSymbols {
+        let text = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+        let mut starts: Vec<(u64, String)> = text
+            .lines()
+            .filter(|l| l.ends_with("[bpf]"))
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                let addr = u64::from_str_radix(f.next()?, 16).ok()?;
+                let name = f.nth(1)?;
+                (addr != 0).then(|| (addr, name.to_string()))
+            })
+            .collect();
+        starts.sort();
+        BpfSymbols { starts }
+    }
+
+    /// The program holding `addr`, as a kernel frame name.
+    fn name(&self, addr: u64) -> Option<String> {
+        let i = self.starts.partition_point(|(a, _)| *a <= addr);
+        let (start, name) = self.starts.get(i.checked_sub(1)?)?;
+        (addr - start < MAX_BPF_IMAGE).then(|| format!("{name}_[k]"))
     }
 }
 
@@ -68,6 +114,7 @@ impl StackSink {
         let mut namer = Namer {
             maps: self.maps,
             symbolizer: StackSymbolizer::new(),
+            bpf_symbols: self.bpf_symbols,
         };
         let path_of = |node| tree.path_of(node, names);
         let cpu = cpu_hz.map(|hz| {
@@ -88,6 +135,7 @@ impl StackSink {
 struct Namer {
     maps: MapsCache,
     symbolizer: StackSymbolizer,
+    bpf_symbols: BpfSymbols,
 }
 
 impl FrameNamer for Namer {
@@ -104,6 +152,13 @@ impl FrameNamer for Namer {
     }
 
     fn kernel_frames(&mut self, stack: &[u64]) -> Vec<String> {
-        self.symbolizer.kernel_frames(stack)
+        let mut frames = self.symbolizer.kernel_frames(stack);
+        // Outermost first out, innermost first in.
+        for (frame, &addr) in frames.iter_mut().zip(stack.iter().rev()) {
+            if let Some(name) = self.bpf_symbols.name(addr) {
+                *frame = name;
+            }
+        }
+        frames
     }
 }
