@@ -46,6 +46,22 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
         "phase", "object", "symbol", "offset", "return", "exits", "entry cost", "pair µs"
     )?;
     for p in &phases {
+        if let Some(k) = &p.kernel {
+            writeln!(
+                out,
+                "{:<18} {:<24} {:<44} {:>10} {:<10} {:>5} {:<11} {:>8}  {}",
+                p.phase.name,
+                "[kernel]",
+                format!("{} / {}", k.enter, k.exit),
+                "-",
+                "tracepoint",
+                "-",
+                "-",
+                "-",
+                status_text(&p.status)
+            )?;
+            continue;
+        }
         if p.targets.is_empty() {
             writeln!(
                 out,
