@@ -78,7 +78,14 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
     std::fs::write(&profile, PROFILE).unwrap();
     let out_dir = dir.path().join("out");
     let out = run(wprof()
-        .args(["record", "-q", "--off-cpu", "--cpu-sample", "999", "--target"])
+        .args([
+            "record",
+            "-q",
+            "--off-cpu",
+            "--cpu-sample",
+            "999",
+            "--target",
+        ])
         .arg(&profile)
         .arg("--out")
         .arg(&out_dir)
@@ -86,7 +93,13 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
         .arg(fixture("writepath"))
         .args(["--iterations", &ITERATIONS.to_string()])
         // flush_block spins 1 ms; wal_sync writes + fdatasyncs a file, then sleeps 1 ms.
-        .args(["--flush-us", "1000", "--sleep-phase-us", "1000", "--sync-file"])
+        .args([
+            "--flush-us",
+            "1000",
+            "--sleep-phase-us",
+            "1000",
+            "--sync-file",
+        ])
         .arg(dir.path().join("wal.dat")));
     let stdout = text(&out);
     assert!(out.status.success(), "wprof record failed:\n{stdout}");
@@ -107,9 +120,15 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
         u(n, "off_cpu_ns") as f64 / u(n, "total_ns") as f64
     };
     let flush_off = share_off(&["write_record", "persist_block", "flush_block"]);
-    assert!(flush_off <= 0.10, "spinning flush_block off-CPU {flush_off:.3}");
+    assert!(
+        flush_off <= 0.10,
+        "spinning flush_block off-CPU {flush_off:.3}"
+    );
     let wal_off = share_off(&["write_record", "wal_sync"]);
-    assert!(wal_off >= 0.90, "sleeping wal_sync off-CPU only {wal_off:.3}");
+    assert!(
+        wal_off >= 0.90,
+        "sleeping wal_sync off-CPU only {wal_off:.3}"
+    );
     // Both views of off-CPU time agree: the tree's (per call) and the stacks' (per switch).
     let off = stacks(&runj, "off_cpu_profile");
     let in_wal = weight_under(&off, "write_record;wal_sync;") as f64;
@@ -120,9 +139,9 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
     );
     // Where it blocked: fdatasync's own kernel path, under the fdatasync phase.
     assert!(
-        off.iter().any(|(s, _)| s
-            .starts_with("write_record;wal_sync;fdatasync;")
-            && s.contains("fdatasync_[k]")),
+        off.iter()
+            .any(|(s, _)| s.starts_with("write_record;wal_sync;fdatasync;")
+                && s.contains("fdatasync_[k]")),
         "no kernel fdatasync frame under the fdatasync phase: {off:#?}"
     );
 

@@ -158,7 +158,10 @@ pub fn fold<'n>(
             }
         };
         let kernel = namer.kernel_frames(lookup(key.kernel_stack));
-        if kernel.iter().any(|f| UPROBE_KERNEL_FRAMES.contains(&f.as_str())) {
+        if kernel
+            .iter()
+            .any(|f| UPROBE_KERNEL_FRAMES.contains(&f.as_str()))
+        {
             frames.push(UPROBE_HANDLING.to_string());
         } else {
             let user = lookup(key.user_stack);

@@ -115,7 +115,8 @@ impl Tracer {
         }
         let (prog, first) = self.extra_program::<TracePoint>(SCHED_SWITCH_PROG)?;
         if first {
-            prog.load().context("verify and load the sched_switch program")?;
+            prog.load()
+                .context("verify and load the sched_switch program")?;
         }
         prog.attach("sched", "sched_switch")
             .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")?;
@@ -125,11 +126,12 @@ impl Tracer {
     /// Samples every CPU `hz` times a second with the software cpu-clock event (these VMs
     /// have no hardware PMU); samples of untraced processes are dropped in BPF.
     pub fn attach_cpu_sampling(&mut self, hz: u64) -> Result<usize> {
-        let cpus = aya::util::online_cpus()
-            .map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
+        let cpus =
+            aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
         let (prog, first) = self.extra_program::<PerfEvent>(CPU_SAMPLE_PROG)?;
         if first {
-            prog.load().context("verify and load the CPU sampling program")?;
+            prog.load()
+                .context("verify and load the CPU sampling program")?;
         }
         for &cpu in &cpus {
             prog.attach(

@@ -243,7 +243,9 @@ mod tests {
         let e = resolve_kernel_phase(&phase("syscall = \"fdatasyn\"")).unwrap_err();
         assert!(e.reason.contains("no syscall 'fdatasyn'"), "{}", e.reason);
         assert!(
-            e.nearest.iter().any(|n| n == "syscalls:sys_enter_fdatasync"),
+            e.nearest
+                .iter()
+                .any(|n| n == "syscalls:sys_enter_fdatasync"),
             "{:?}",
             e.nearest
         );

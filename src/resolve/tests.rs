@@ -92,7 +92,11 @@ fn postgres_dynsym_and_nearest() {
     // A kernel phase resolves to its syscall's tracepoints (tracefs is mounted by .ci/install.sh).
     let fsync = by_name(&phases, "fsync");
     if fsync.kernel.is_some() || std::env::var("WPROF_REQUIRE_BPF").as_deref() == Ok("1") {
-        assert!(matches!(fsync.status, Status::Resolved), "{:?}", fsync.status);
+        assert!(
+            matches!(fsync.status, Status::Resolved),
+            "{:?}",
+            fsync.status
+        );
         let k = fsync.kernel.as_ref().unwrap();
         assert_eq!(k.enter.to_string(), "syscalls:sys_enter_fsync");
     }

@@ -14,8 +14,8 @@
 
 use aya_ebpf::{
     bindings::{
-        BPF_ANY, BPF_F_NO_PREALLOC, BPF_NOEXIST, BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP,
-        BPF_F_USER_STACK, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
+        BPF_ANY, BPF_F_NO_PREALLOC, BPF_F_USER_STACK, BPF_NOEXIST, BPF_RB_AVAIL_DATA,
+        BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP, BPF_RB_RING_SIZE,
     },
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
@@ -24,8 +24,7 @@ use aya_ebpf::{
     macros::{map, perf_event, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
     programs::{
-        tracing::StackIdContext, PerfEventContext, ProbeContext, RetProbeContext,
-        TracePointContext,
+        tracing::StackIdContext, PerfEventContext, ProbeContext, RetProbeContext, TracePointContext,
     },
     EbpfContext,
 };
