@@ -14,12 +14,8 @@ cd "$(dirname "$0")/.."
 N=${1:-3000}
 ROUNDS=${2:-5}
 HZ=${3:-99}
-export PATH=${CARGO_HOME:-$HOME/.cargo}/bin:$PATH
-cargo build --release --quiet
-FX=target/bench-fixtures
-bash tests/fixtures/build.sh "$FX"
-W=target/release/wprof
-prog=$(readlink -f "$FX/writepath")
+# shellcheck source=benches/setup.sh
+. benches/setup.sh
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 

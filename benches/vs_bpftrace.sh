@@ -12,12 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 ROUNDS=${2:-3}
-export PATH=${CARGO_HOME:-$HOME/.cargo}/bin:$PATH
-cargo build --release --quiet
-FX=target/bench-fixtures
-bash tests/fixtures/build.sh "$FX"
-W=target/release/wprof
-prog=$(readlink -f "$FX/writepath")
+# shellcheck source=benches/setup.sh
+. benches/setup.sh
 zero=(--write-us 0 --encode-us 0 --persist-us 0 --compress-us 0 --flush-us 0 --wal-us 0 --sync-us 0)
 phases=(write_record encode_record persist_block compress_block flush_block wal_append wal_sync)
 
@@ -25,8 +21,8 @@ bt=$(mktemp --suffix=.bt)
 trap 'rm -f "$bt"' EXIT
 for p in "${phases[@]}"; do
   cat >>"$bt" <<BT
-uprobe:$prog:$p { @s_$p[tid] = nsecs; }
-uretprobe:$prog:$p /@s_$p[tid]/ { @lat["$p"] = avg(nsecs - @s_$p[tid]); @n["$p"] = count(); delete(@s_$p[tid]); }
+uprobe:${prog}:${p} { @s_${p}[tid] = nsecs; }
+uretprobe:${prog}:${p} /@s_${p}[tid]/ { @lat["${p}"] = avg(nsecs - @s_${p}[tid]); @n["${p}"] = count(); delete(@s_${p}[tid]); }
 BT
 done
 

@@ -5,7 +5,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{bpf_available, bpf_lock, fixture, run, tempdir, text, wprof};
+use common::{bpf_available, bpf_lock, fixture, run, svg_frames, tempdir, text, wprof};
 
 const COMPRESS: &str = "write_record/persist_block/compress_block";
 const FLUSH: &str = "write_record/persist_block/flush_block";
@@ -368,26 +368,11 @@ fn bad_input_is_a_usage_error() {
     assert!(String::from_utf8_lossy(&o.stdout).contains("no per-call table"));
 }
 
-/// The frames of an SVG flamegraph (which must parse as XML): (title, fill).
-fn svg_frames(path: &Path) -> Vec<(String, String)> {
-    let svg =
-        std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let opts = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    let doc = roxmltree::Document::parse_with_options(&svg, opts)
-        .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
-    doc.descendants()
-        .filter(|n| n.has_tag_name("g"))
-        .filter_map(|g| {
-            let title = g.children().find(|c| c.has_tag_name("title"))?;
-            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
-            Some((
-                title.text().unwrap_or_default().to_string(),
-                rect.attribute("fill")?.to_string(),
-            ))
-        })
+/// The frames of an SVG flamegraph: (title, fill).
+fn titles_and_fills(path: &Path) -> Vec<(String, String)> {
+    svg_frames(path)
+        .into_iter()
+        .map(|f| (f.title, f.fill))
         .collect()
 }
 
@@ -435,7 +420,7 @@ fn flamegraph_of_a_slowdown_is_red_up_the_stack() {
         .arg("--folded-diff")
         .arg(&folded));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-    let frames = svg_frames(&svg);
+    let frames = titles_and_fills(&svg);
     // The changed phase, and its ancestors, whose own self time did not change.
     for name in ["compress_block", "persist_block", "write_record"] {
         let c = fill_of(&frames, name);
@@ -472,7 +457,7 @@ fn flamegraph_of_synthetic_runs() {
             .arg("--flamegraph")
             .arg(p(svg)));
         assert_eq!(o.status.code(), Some(0), "{}", text(&o));
-        svg_frames(&p(svg))
+        titles_and_fills(&p(svg))
     };
     let frames = draw("base.json", "new.json", "slower.svg");
     let c = fill_of(&frames, "write_record");

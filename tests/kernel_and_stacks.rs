@@ -47,26 +47,6 @@ fn weight_under(stacks: &[(String, u64)], prefix: &str) -> u64 {
         .sum()
 }
 
-/// `(title, fg:w)` of every frame of an inferno SVG.
-fn svg_frames(path: &std::path::Path) -> Vec<(String, u64)> {
-    let svg = std::fs::read_to_string(path).unwrap();
-    let opts = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    let doc = roxmltree::Document::parse_with_options(&svg, opts)
-        .unwrap_or_else(|e| panic!("{} is not XML: {e}", path.display()));
-    doc.descendants()
-        .filter(|n| n.has_tag_name("g"))
-        .filter_map(|g| {
-            let title = g.children().find(|c| c.has_tag_name("title"))?.text()?;
-            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
-            let w = rect.attributes().find(|a| a.name() == "w")?.value();
-            Some((title.to_string(), w.parse().ok()?))
-        })
-        .collect()
-}
-
 #[test]
 fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
     if !bpf_available() {
@@ -184,8 +164,8 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
         // above it hold write_record again).
         let root = frames
             .iter()
-            .filter(|(t, _)| t.starts_with("write_record ("))
-            .map(|f| f.1)
+            .filter(|f| f.title.starts_with("write_record ("))
+            .map(|f| f.samples)
             .max()
             .unwrap_or_else(|| panic!("no write_record frame in {svg}"));
         assert_eq!(root, weight_under(profile, "write_record;"), "{svg}");

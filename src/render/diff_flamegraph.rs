@@ -591,26 +591,12 @@ mod tests {
 
     /// Every frame of the SVG (which must parse as XML).
     fn frames(svg: &str) -> Vec<Drawn> {
-        let opts = roxmltree::ParsingOptions {
-            allow_dtd: true,
-            ..Default::default()
-        };
-        let doc = roxmltree::Document::parse_with_options(svg, opts)
-            .unwrap_or_else(|e| panic!("SVG does not parse: {e}"));
-        doc.descendants()
-            .filter(|n| n.has_tag_name("g"))
-            .filter_map(|g| {
-                let title = g.children().find(|c| c.has_tag_name("title"))?;
-                let rect = g.children().find(|c| c.has_tag_name("rect"))?;
-                let w = rect
-                    .attributes()
-                    .find(|a| a.name() == "w" || a.name() == "fg:w")
-                    .and_then(|a| a.value().parse().ok())?;
-                Some(Drawn {
-                    title: title.text().unwrap_or_default().to_string(),
-                    rgb: parse_rgb(rect.attribute("fill")?),
-                    w,
-                })
+        crate::render::testutil::svg_frames(svg)
+            .into_iter()
+            .map(|f| Drawn {
+                rgb: parse_rgb(&f.fill),
+                title: f.title,
+                w: f.samples,
             })
             .collect()
     }

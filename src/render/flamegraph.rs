@@ -120,40 +120,7 @@ mod tests {
         Ok(())
     }
 
-    /// A frame of an inferno SVG: title, `fg:w` (sample units) and the width in % of the graph.
-    #[derive(Debug)]
-    struct Frame {
-        title: String,
-        samples: u64,
-        width_pct: f64,
-    }
-
-    fn frames(svg: &str) -> Vec<Frame> {
-        let opts = roxmltree::ParsingOptions {
-            allow_dtd: true,
-            ..Default::default()
-        };
-        let doc = roxmltree::Document::parse_with_options(svg, opts)
-            .unwrap_or_else(|e| panic!("SVG does not parse: {e}"));
-        doc.descendants()
-            .filter(|n| n.has_tag_name("g"))
-            .filter_map(|g| {
-                let title = g.children().find(|c| c.has_tag_name("title"))?;
-                let rect = g.children().find(|c| c.has_tag_name("rect"))?;
-                // fg:w is in inferno's namespace; roxmltree names it "w".
-                let samples = rect
-                    .attributes()
-                    .find(|a| a.name() == "w")
-                    .and_then(|a| a.value().parse().ok())?;
-                let width_pct = rect.attribute("width")?.strip_suffix('%')?.parse().ok()?;
-                Some(Frame {
-                    title: title.text().unwrap_or_default().to_string(),
-                    samples,
-                    width_pct,
-                })
-            })
-            .collect()
-    }
+    use crate::render::testutil::{svg_frames as frames, SvgFrame as Frame};
 
     /// (name, total_ns) of every node of the sample tree; its names are unique.
     fn node_totals() -> Vec<(String, u64)> {

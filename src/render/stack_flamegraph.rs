@@ -89,24 +89,9 @@ mod tests {
 
     /// (title text, fg:w) of every frame.
     fn frames(svg: &str) -> Vec<(String, u64)> {
-        let opts = roxmltree::ParsingOptions {
-            allow_dtd: true,
-            ..Default::default()
-        };
-        let doc = roxmltree::Document::parse_with_options(svg, opts).expect("SVG parses");
-        doc.descendants()
-            .filter(|n| n.has_tag_name("g"))
-            .filter_map(|g| {
-                let title = g.children().find(|c| c.has_tag_name("title"))?.text()?;
-                let rect = g.children().find(|c| c.has_tag_name("rect"))?;
-                let w = rect
-                    .attributes()
-                    .find(|a| a.name() == "w")?
-                    .value()
-                    .parse()
-                    .ok()?;
-                Some((title.to_string(), w))
-            })
+        crate::render::testutil::svg_frames(svg)
+            .into_iter()
+            .map(|f| (f.title, f.samples))
             .collect()
     }
 

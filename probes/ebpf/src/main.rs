@@ -488,16 +488,23 @@ fn traced(key: u64) -> bool {
     TRACED.get_ptr(&((key >> 32) as u32)).is_some()
 }
 
+/// The current thread's pid_tgid and the time, if its process is traced. The clock is read
+/// first, so a kernel phase's exit does not count this bookkeeping inside the phase.
+#[inline(always)]
+fn traced_now() -> Option<(u64, u64)> {
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    let key = bpf_get_current_pid_tgid();
+    traced(key).then_some((key, now))
+}
+
 /// Enter or exit of a kernel phase named by a `tracepoint` pair: one program for every such
 /// tracepoint; the record's common_type says which.
 #[tracepoint]
 pub fn wprof_tp(ctx: TracePointContext) -> u32 {
-    // SAFETY: plain helper call; first, so an exit's bookkeeping is not counted in the phase.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let key = bpf_get_current_pid_tgid();
-    if !traced(key) {
+    let Some((key, now)) = traced_now() else {
         return 0;
-    }
+    };
     // SAFETY: every (non-syscall) trace record starts with the u16 common_type.
     let Ok(ty) = (unsafe { ctx.read_at::<u16>(0) }) else {
         return 0;
@@ -524,12 +531,9 @@ pub fn wprof_sys_exit(ctx: TracePointContext) -> u32 {
 
 #[inline(always)]
 fn syscall_phase(ctx: &TracePointContext, exit_bit: u32) -> u32 {
-    // SAFETY: plain helper call; first, so an exit's bookkeeping is not counted in the phase.
-    let now = unsafe { bpf_ktime_get_ns() };
-    let key = bpf_get_current_pid_tgid();
-    if !traced(key) {
+    let Some((key, now)) = traced_now() else {
         return 0;
-    }
+    };
     // SAFETY: the syscall number is the int at offset 8 of every syscalls:* record.
     let Ok(nr) = (unsafe { ctx.read_at::<i32>(8) }) else {
         return 0;
