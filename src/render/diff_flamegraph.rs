@@ -29,6 +29,7 @@ use anyhow::{bail, Context};
 use inferno::flamegraph::color::{BackgroundColor, BasicPalette, Palette};
 use inferno::flamegraph::{self, Direction, Options};
 
+use crate::render::flamegraph::xml_escape;
 use crate::render::units::format_ns;
 
 /// Writes the differential flamegraph of `base_folded` → `new_folded` to `out`.
@@ -482,21 +483,6 @@ fn resolve_paths(frames: &mut [SvgFrame], trie: &Trie) {
             frames[c].node = best.map(|(k, _)| k);
         }
     }
-}
-
-fn xml_escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            _ => out.push(c),
-        }
-    }
-    out
 }
 
 /// Undoes XML escaping: the five named entities and numeric character references.

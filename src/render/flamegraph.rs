@@ -57,7 +57,8 @@ pub(crate) fn empty_svg(title: &str, message: &str, out: &mut impl Write) -> std
     )
 }
 
-fn xml_escape(s: &str) -> String {
+/// Escapes text for an SVG (XML) element or attribute.
+pub(crate) fn xml_escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {

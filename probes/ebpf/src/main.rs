@@ -375,6 +375,15 @@ fn on_return<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
     let (phase, _) = phase_of(ctx)?;
     let key = bpf_get_current_pid_tgid();
     let pc = phase_counters(phase).ok_or(())?;
+    let st = returning_stack(pc, key)?;
+    abandon_below(st, sp, None);
+    pop_frame(st, pc, key, phase, sp, now)
+}
+
+/// Counts a return of the phase and finds the thread's stack; a thread without one has no
+/// open phase, so the return is unmatched (e.g. its call started before the attach).
+#[inline(always)]
+fn returning_stack(pc: &mut PhaseCounters, key: u64) -> Result<&'static mut ThreadStack, ()> {
     pc.returns += 1;
     let Some(st) = STACKS.get_ptr_mut(&key) else {
         pc.unmatched_returns += 1;
@@ -382,9 +391,7 @@ fn on_return<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
         return Err(());
     };
     // SAFETY: a thread's stack is only touched by programs running on that thread.
-    let st = unsafe { &mut *st };
-    abandon_below(st, sp, None);
-    pop_frame(st, pc, key, phase, sp, now)
+    Ok(unsafe { &mut *st })
 }
 
 /// Closes the innermost frame if it is `phase`'s at `sp`, and sends its span.
@@ -568,14 +575,7 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         abandon_kernel_frames(st);
         push_frame(st, pc, key, role.phase, 0, 0, false)
     } else {
-        pc.returns += 1;
-        let Some(st) = STACKS.get_ptr_mut(&key) else {
-            pc.unmatched_returns += 1;
-            bump(counter::UNMATCHED_RETURNS);
-            return Err(());
-        };
-        // SAFETY: a thread's stack is only touched by programs running on that thread.
-        let st = unsafe { &mut *st };
+        let st = returning_stack(pc, key)?;
         pop_frame(st, pc, key, role.phase, 0, now)
     }
 }
