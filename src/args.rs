@@ -223,6 +223,13 @@ pub struct CompareArgs {
     /// colors the change of each frame's inclusive time (red grew, blue shrank).
     #[arg(long, value_name = "FILE")]
     pub flamegraph: Option<PathBuf>,
+    /// Also write a differential CPU flamegraph (both runs recorded with --cpu-sample): CPU
+    /// time per root call by phase and stack.
+    #[arg(long, value_name = "FILE.svg")]
+    pub cpu_flamegraph: Option<PathBuf>,
+    /// Also write a differential off-CPU flamegraph (both runs recorded with --off-cpu).
+    #[arg(long, value_name = "FILE.svg")]
+    pub off_cpu_flamegraph: Option<PathBuf>,
 }
 
 /// How compare lines nodes up.

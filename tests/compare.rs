@@ -475,3 +475,75 @@ fn flamegraph_of_synthetic_runs() {
     let frames = draw("base.json", "same.json", "same.svg");
     assert_eq!(fill_of(&frames, "write_record"), (250, 250, 250));
 }
+
+/// Records the fixture with CPU sampling and off-CPU tracking; returns the run's JSON path.
+fn sampled_run(dir: &Path, name: &str, flush_us: &str) -> PathBuf {
+    let json = dir.join(format!("{name}.json"));
+    let o = run(wprof()
+        .args(["record", "-q", "--target", "fixture", "--cpu-sample", "999"])
+        .args(["--off-cpu", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "150", "--flush-us", flush_us]));
+    assert!(o.status.success(), "{}", text(&o));
+    json
+}
+
+#[test]
+fn cpu_flamegraph_of_a_slower_spin_is_red_under_its_phase() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let base = sampled_run(dir.path(), "base", "300");
+    let slow = sampled_run(dir.path(), "slow", "1200");
+    let (cpu_svg, off_svg) = (dir.path().join("cpu.svg"), dir.path().join("off.svg"));
+    let o = run(wprof()
+        .arg("compare")
+        .arg(&base)
+        .arg(&slow)
+        .arg("--cpu-flamegraph")
+        .arg(&cpu_svg)
+        .arg("--off-cpu-flamegraph")
+        .arg(&off_svg));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    // flush_block spins 4x longer: its CPU time per root call grew, and so did its callers'.
+    // Names repeat (the phase prefix, then the same functions in the user stack): look at the
+    // widest frame of each, the phase frame at the bottom.
+    let frames = svg_frames(&cpu_svg);
+    for name in ["flush_block", "persist_block", "write_record"] {
+        let widest = frames
+            .iter()
+            .filter(|f| f.title.starts_with(&format!("{name} (")))
+            .max_by_key(|f| f.samples)
+            .unwrap_or_else(|| panic!("no {name} frame"));
+        let fill = fill_of(&[(widest.title.clone(), widest.fill.clone())], name);
+        assert!(red(fill), "{name} is not red: {widest:?}");
+    }
+    // The off-CPU graph parses too (the fixture barely blocks; no color is asserted).
+    titles_and_fills(&off_svg);
+
+    // A run recorded without --cpu-sample cannot be compared that way: exit 2, and why.
+    let plain = dir.path().join("plain.json");
+    let o = run(wprof()
+        .args(["record", "-q", "--target", "fixture", "--json"])
+        .arg(&plain)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "10"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = run(wprof()
+        .arg("compare")
+        .arg(&base)
+        .arg(&plain)
+        .arg("--cpu-flamegraph")
+        .arg(dir.path().join("x.svg")));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("has no CPU samples: record both runs with --cpu-sample"),
+        "{}",
+        text(&o)
+    );
+}

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use serde_json::{json, Value};
 
 use crate::analyze::align::{key_tree, relative, union_order, welch_p, Keyed, NodeStats};
+use crate::analyze::stack_diff::{self, StackDiffKind};
 use crate::analyze::tail;
 use crate::analyze::threshold::{self, Stat, Target, Threshold};
 use crate::args::{AlignBy, CompareArgs};
@@ -467,12 +468,7 @@ pub fn folded_pair(c: &Comparison) -> (String, String) {
 /// [`crate::render::differential_svg`]).
 fn write_flamegraph(c: &Comparison, a: &CompareArgs, path: &Path) -> Result<()> {
     let (b, n) = folded_pair(c);
-    let name = |p: &Path| {
-        p.file_name().map_or_else(
-            || p.display().to_string(),
-            |f| f.to_string_lossy().into_owned(),
-        )
-    };
+    let name = file_name;
     let title = format!(
         "wprof compare: {} time per root call, {} \u{2192} {}",
         match a.by {
@@ -485,6 +481,14 @@ fn write_flamegraph(c: &Comparison, a: &CompareArgs, path: &Path) -> Result<()> 
     let mut svg = Vec::new();
     crate::render::differential_svg(&b, &n, &title, "ns", &mut svg)?;
     std::fs::write(path, svg).with_context(|| format!("write {}", path.display()))
+}
+
+/// A path's file name for titles (the whole path if it has none).
+fn file_name(p: &Path) -> String {
+    p.file_name().map_or_else(
+        || p.display().to_string(),
+        |f| f.to_string_lossy().into_owned(),
+    )
 }
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
@@ -508,6 +512,15 @@ pub fn run(a: CompareArgs) -> Result<i32> {
     let base = read_run(&a.base)?;
     let new = read_run(&a.new)?;
     warn_build_ids(&base, &new);
+    let stack_diffs = [
+        (&a.cpu_flamegraph, StackDiffKind::Cpu, "CPU time"),
+        (&a.off_cpu_flamegraph, StackDiffKind::OffCpu, "off-CPU time"),
+    ];
+    for (path, kind, _) in &stack_diffs {
+        if path.is_some() {
+            stack_diff::check(*kind, (&a.base, &base), (&a.new, &new))?;
+        }
+    }
 
     let c = compare(&base, &new, a.by, min_effect);
     if !c.rows.iter().any(|r| r.base.is_some() && r.new.is_some()) {
@@ -578,6 +591,16 @@ pub fn run(a: CompareArgs) -> Result<i32> {
     }
     if let Some(p) = &a.flamegraph {
         write_flamegraph(&c, &a, p)?;
+    }
+    for (path, kind, what) in &stack_diffs {
+        if let Some(p) = path {
+            let title = format!(
+                "wprof compare: {what} per root call by phase and stack, {} \u{2192} {}",
+                file_name(&a.base),
+                file_name(&a.new)
+            );
+            stack_diff::write(*kind, &base, &new, &title, p)?;
+        }
     }
     Ok(if failed.is_empty() {
         exit::OK

@@ -6,6 +6,7 @@ pub mod align;
 pub mod check;
 pub mod compare;
 pub mod hypothesis;
+pub mod stack_diff;
 pub mod stats;
 pub mod tail;
 pub mod threshold;
