@@ -161,15 +161,12 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         ReportFormat::OffcpuFolded => session::OutputKind::OffCpuFolded,
         ReportFormat::OffcpuSvg => session::OutputKind::OffCpuSvg,
     };
+    // Rendered first, so a run that lacks what was asked for leaves no empty file behind.
+    let mut buf = Vec::new();
+    session::render_to(&run, kind, &mut buf)?;
     match &a.output {
-        Some(p) => {
-            let mut f = std::io::BufWriter::new(
-                std::fs::File::create(p).with_context(|| format!("create {}", p.display()))?,
-            );
-            session::render_to(&run, kind, &mut f)?;
-            f.flush()?;
-        }
-        None => session::render_to(&run, kind, &mut std::io::stdout().lock())?,
+        Some(p) => std::fs::write(p, &buf).with_context(|| format!("write {}", p.display()))?,
+        None => std::io::stdout().lock().write_all(&buf)?,
     }
     Ok(0)
 }

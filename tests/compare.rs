@@ -546,4 +546,18 @@ fn cpu_flamegraph_of_a_slower_spin_is_red_under_its_phase() {
         "{}",
         text(&o)
     );
+    // Nor drawn by report: exit 2, and no empty file left behind.
+    let svg = dir.path().join("none.svg");
+    let o = run(wprof()
+        .arg("report")
+        .arg(&plain)
+        .args(["--format", "cpu-svg", "-o"])
+        .arg(&svg));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("this run has no CPU samples"),
+        "{}",
+        text(&o)
+    );
+    assert!(!svg.exists(), "report left {}", svg.display());
 }

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::args::OutputArgs;
 use crate::model::Run;
@@ -127,7 +127,10 @@ pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
                 _ => (&run.off_cpu, StackKind::OffCpu, "off-CPU time", "--off-cpu"),
             };
             let Some(profile) = profile else {
-                bail!("this run has no {what}: record it with {flag}");
+                return Err(crate::error::WprofError::Usage(format!(
+                    "this run has no {what}: record it with {flag}"
+                ))
+                .into());
             };
             if matches!(kind, Kind::CpuFolded | Kind::OffCpuFolded) {
                 w.write_all(profile.folded().as_bytes())?;
