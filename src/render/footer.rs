@@ -42,7 +42,7 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
     out.push('\n');
     if let Some(cpu) = &run.cpu {
         out.push_str(&format!(
-            "cpu samples {} at {} Hz per CPU · lost {} (cpu.folded / cpu.svg)\n",
+            "cpu samples {} at {} Hz per CPU · lost {}\n",
             cpu.records,
             cpu.frequency_hz.unwrap_or(0),
             cpu.lost
@@ -50,7 +50,7 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
     }
     if let Some(off) = &run.off_cpu {
         out.push_str(&format!(
-            "off-cpu: {} switches, {} off the CPU · lost {} (offcpu.folded / offcpu.svg); \
+            "off-cpu: {} switches, {} off the CPU · lost {}; \
              on-cpu/off-cpu columns: time per root call\n",
             off.records,
             format_ns(off.total() as f64),
