@@ -8,9 +8,9 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use wprof_common::counter;
+use wprof_common::{counter, MAX_PENDING_RETURNS};
 
-use crate::aggregate::stacks::{fold, profile, FrameNamer, StackAggregator};
+use crate::aggregate::stacks::{fold, profile, FrameNamer, StackAggregator, UPROBE_HANDLING};
 use crate::aggregate::Aggregator;
 use crate::attach::Tracer;
 use crate::collect::{read_stacks, EndState};
@@ -55,6 +55,33 @@ struct BpfSymbols {
     starts: Vec<(u64, String)>,
 }
 
+/// BPF function names are C identifiers: the BPF toolchain writes a Rust subprogram such as
+/// `on_entry<aya_ebpf::programs::probe::ProbeContext>` as `on_entry_3C_aya_ebpf_3A__3A_...`
+/// (`_XX_` = the character with hex code XX). Puts the characters back.
+fn unescape_bpf_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut rest = name;
+    while let Some(i) = rest.find('_') {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        let hex = tail
+            .get(1..3)
+            .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            Some(c) if tail.as_bytes().get(3) == Some(&b'_') && c.is_ascii_punctuation() => {
+                out.push(c as char);
+                rest = &tail[4..];
+            }
+            _ => {
+                out.push('_');
+                rest = &tail[1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// No JIT image of a BPF program is this large: an address further from the nearest
 /// program start is not inside a program.
 const MAX_BPF_IMAGE: u64 = 1 << 20;
@@ -69,7 +96,7 @@ impl BpfSymbols {
                 let mut f = l.split_whitespace();
                 let addr = u64::from_str_radix(f.next()?, 16).ok()?;
                 let name = f.nth(1)?;
-                (addr != 0).then(|| (addr, name.to_string()))
+                (addr != 0).then(|| (addr, unescape_bpf_name(name)))
             })
             .collect();
         starts.sort();
@@ -146,8 +173,13 @@ impl FrameNamer for Namer {
         let Some(maps) = self.maps.covering(pid, stack[0]) else {
             return vec![format!("[pid {pid} gone: no mappings]")];
         };
+        // Sampled at the uretprobe trampoline itself: the return is being handled.
+        if maps.is_trampoline(stack[0]) {
+            return vec![UPROBE_HANDLING.to_string()];
+        }
         let mut stack = stack.to_vec();
-        restore_uretprobe_returns(&mut stack, maps, pending);
+        let complete = pending.len() < MAX_PENDING_RETURNS;
+        restore_uretprobe_returns(&mut stack, maps, pending, complete);
         self.symbolizer.user_frames(maps, &stack)
     }
 
@@ -160,5 +192,24 @@ impl FrameNamer for Namer {
             }
         }
         frames
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape_bpf_name;
+
+    #[test]
+    fn bpf_subprogram_names_are_unescaped() {
+        assert_eq!(
+            unescape_bpf_name(
+                "bpf_prog_a57324b43113f5db_on_entry_3C_aya_ebpf_3A__3A_programs_3A__3A_probe_3A__3A_ProbeContext_3E_"
+            ),
+            "bpf_prog_a57324b43113f5db_on_entry<aya_ebpf::programs::probe::ProbeContext>"
+        );
+        assert_eq!(
+            unescape_bpf_name("bpf_prog_37b29d5c85362ec8_wprof_m_entry"),
+            "bpf_prog_37b29d5c85362ec8_wprof_m_entry"
+        );
     }
 }

@@ -181,7 +181,10 @@ fn restore_then_symbolize() {
     let inner = fn_addr(marker_inner);
     let ret = fn_addr(marker_outer) + 8;
     let mut stack = [inner, tramp, tramp];
-    assert_eq!(restore_uretprobe_returns(&mut stack, &maps, &[ret]), 1);
+    assert_eq!(
+        restore_uretprobe_returns(&mut stack, &maps, &[ret], true),
+        1
+    );
     let mut sym = StackSymbolizer::new();
     assert_eq!(
         without_core(&sym.user_frames(&maps, &stack)),
