@@ -62,7 +62,11 @@ cleanup() {
             [ -s "$f" ] && { log "--- $f (last lines)"; tail -n 20 "$f" >&2; }
         done
     fi
-    rm -rf "$TMP"
+    if [ -n "${WPROF_FLAMEGRAPHS_KEEP:-}" ]; then
+        log "kept the runs (run.json, *.folded) in $TMP"
+    else
+        rm -rf "$TMP"
+    fi
     exit "$rc"
 }
 trap cleanup EXIT
