@@ -29,7 +29,7 @@ use anyhow::{bail, Context};
 use inferno::flamegraph::color::{BackgroundColor, BasicPalette, Palette};
 use inferno::flamegraph::{self, Direction, Options};
 
-use crate::render::flamegraph::xml_escape;
+use crate::render::flamegraph::{empty_svg, xml_escape};
 use crate::render::units::format_ns;
 
 /// Writes the differential flamegraph of `base_folded` → `new_folded` to `out`.
@@ -75,7 +75,7 @@ pub fn differential_svg(
                 unit.format(base_total)
             )
         };
-        return message_svg(title, &msg, out).context("write the differential flamegraph SVG");
+        return empty_svg(title, &msg, out).context("write the differential flamegraph SVG");
     }
 
     let mut subtitle = format!(
@@ -519,24 +519,6 @@ fn xml_unescape(s: &str) -> String {
     }
     out.push_str(rest);
     out
-}
-
-/// A minimal SVG with the title and a message, when the new run has nothing to draw (inferno
-/// would draw an error and fail).
-fn message_svg(title: &str, msg: &str, out: &mut impl Write) -> std::io::Result<()> {
-    write!(
-        out,
-        concat!(
-            "<?xml version=\"1.0\" standalone=\"no\"?>\n",
-            "<svg version=\"1.1\" width=\"1200\" height=\"80\" xmlns=\"http://www.w3.org/2000/svg\">\n",
-            "<rect x=\"0\" y=\"0\" width=\"100%\" height=\"100%\" fill=\"#f8f8f8\"/>\n",
-            "<text x=\"600\" y=\"24\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"17\">{}</text>\n",
-            "<text x=\"600\" y=\"56\" text-anchor=\"middle\" font-family=\"Verdana\" font-size=\"12\">{}</text>\n",
-            "</svg>\n"
-        ),
-        xml_escape(title),
-        xml_escape(msg)
-    )
 }
 
 #[cfg(test)]
