@@ -3,6 +3,21 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
+/// Whether a test that needs `what` (a privilege or a host feature) can run: when it is not
+/// `available` the test should return early with a note, except under `WPROF_REQUIRE_BPF=1`
+/// (set by `.ci/run`), where this panics, so CI never passes a test that did not run.
+pub fn require(available: bool, what: &str) -> bool {
+    if !available {
+        assert_ne!(
+            std::env::var("WPROF_REQUIRE_BPF").as_deref(),
+            Ok("1"),
+            "WPROF_REQUIRE_BPF=1 but this host lacks {what}"
+        );
+        eprintln!("note: test not run: no {what} (WPROF_REQUIRE_BPF=1 makes this fatal)");
+    }
+    available
+}
+
 const VALIDATE: &str = r#"
 import json, sys, jsonschema
 schema = json.load(open(sys.argv[1]))

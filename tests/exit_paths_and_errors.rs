@@ -286,11 +286,7 @@ fn a_pid_that_exits_during_attach_is_an_error_not_an_empty_run() {
 #[test]
 fn the_postgres_profile_resolves_against_debians_stripped_binary() {
     let pg = Path::new("/usr/lib/postgresql/15/bin/postgres");
-    if !pg.exists() {
-        assert!(
-            std::env::var("WPROF_REQUIRE_BPF").as_deref() != Ok("1"),
-            "postgresql-15 is not installed"
-        );
+    if !wprof::testing::require(pg.exists(), "postgresql-15") {
         return;
     }
     let o = run(wprof()

@@ -208,18 +208,8 @@ mod tests {
         p.phases[0].clone()
     }
 
-    /// Whether tracefs is there; without it the tests skip, except under WPROF_REQUIRE_BPF=1.
     fn have_tracefs() -> bool {
-        if tracefs().is_some() {
-            return true;
-        }
-        assert_ne!(
-            std::env::var("WPROF_REQUIRE_BPF").as_deref(),
-            Ok("1"),
-            "tracefs is not mounted"
-        );
-        eprintln!("skipped: tracefs not mounted");
-        false
+        crate::testing::require(tracefs().is_some(), "mounted tracefs")
     }
 
     #[test]

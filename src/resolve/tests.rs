@@ -91,7 +91,10 @@ fn postgres_dynsym_and_nearest() {
     }
     // A kernel phase resolves to its syscall's tracepoints (tracefs is mounted by .ci/install.sh).
     let fsync = by_name(&phases, "fsync");
-    if fsync.kernel.is_some() || std::env::var("WPROF_REQUIRE_BPF").as_deref() == Ok("1") {
+    if crate::testing::require(
+        crate::resolve::kernel::tracefs().is_some(),
+        "mounted tracefs",
+    ) {
         assert!(
             matches!(fsync.status, Status::Resolved),
             "{:?}",

@@ -6,14 +6,7 @@ use std::process::Command;
 
 /// True if `path` exists; otherwise skips loudly, or fails when WPROF_REQUIRE_BPF=1.
 pub(crate) fn require(path: &str) -> bool {
-    if Path::new(path).exists() {
-        return true;
-    }
-    if std::env::var("WPROF_REQUIRE_BPF").as_deref() == Ok("1") {
-        panic!("{path} is missing and WPROF_REQUIRE_BPF=1: install it (postgresql-15)");
-    }
-    eprintln!("SKIPPED: {path} is missing (set WPROF_REQUIRE_BPF=1 to make this a failure)");
-    false
+    crate::testing::require(Path::new(path).exists(), &format!("{path} (postgresql-15)"))
 }
 
 /// Compiles `src` (C, or C++ when `cxx`) into a shared object or executable in `dir`.

@@ -50,14 +50,7 @@ pub fn bpf_available() -> bool {
         .and_then(|h| u64::from_str_radix(&h, 16).ok())
         .unwrap_or(0);
     let ok = caps & (1 << 21) != 0 || (caps & (1 << 38) != 0 && caps & (1 << 39) != 0);
-    if !ok {
-        assert!(
-            std::env::var("WPROF_REQUIRE_BPF").as_deref() != Ok("1"),
-            "WPROF_REQUIRE_BPF=1 but this test process lacks CAP_BPF/CAP_PERFMON: run as root"
-        );
-        eprintln!("note: no CAP_BPF/CAP_PERFMON, privileged test not run (set WPROF_REQUIRE_BPF=1 to make this fatal)");
-    }
-    ok
+    wprof::testing::require(ok, "CAP_BPF/CAP_PERFMON (run as root)")
 }
 
 /// Serialises the privileged tests of one binary: they share the kernel's probe state and
