@@ -47,15 +47,6 @@ pub fn decode(bytes: &[u8]) -> Option<Event> {
     }
 }
 
-/// Decodes one CPU-sample or off-CPU record. Other records are ignored (None).
-#[inline]
-pub fn decode_stack(bytes: &[u8]) -> Option<StackEvent> {
-    match record_kind(bytes) {
-        Some(k) if k == EventKind::CpuSample as u32 || k == EventKind::OffCpu as u32 => read(bytes),
-        _ => None,
-    }
-}
-
 /// Every record type starts with its kind as a u32.
 #[inline]
 fn record_kind(bytes: &[u8]) -> Option<u32> {
@@ -96,11 +87,15 @@ impl Collector {
         mut stacks: impl FnMut(&StackEvent),
     ) -> usize {
         let mut n = 0;
+        const SPAN: u32 = EventKind::Span as u32;
+        const NODE_DEF: u32 = EventKind::NodeDef as u32;
+        const CPU_SAMPLE: u32 = EventKind::CpuSample as u32;
+        const OFF_CPU: u32 = EventKind::OffCpu as u32;
         while let Some(item) = self.ring.next() {
-            if let Some(ev) = decode(&item) {
-                sink(&ev);
-            } else if let Some(st) = decode_stack(&item) {
-                stacks(&st);
+            match record_kind(&item) {
+                Some(SPAN | NODE_DEF) => read(&item).iter().for_each(&mut sink),
+                Some(CPU_SAMPLE | OFF_CPU) => read(&item).iter().for_each(&mut stacks),
+                _ => {}
             }
             n += 1;
         }

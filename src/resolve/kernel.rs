@@ -182,16 +182,9 @@ fn nearest_events(root: &Path, category: &str, name: &str) -> Vec<String> {
         v if !v.is_empty() => (v, name, format!("{category}:")),
         _ => (list(root.join("events")), category, String::new()),
     };
-    let mut scored: Vec<(f64, String)> = pool
+    super::suggest::nearest_names(pool.iter().map(String::as_str), wanted, 5)
         .into_iter()
-        .map(|n| (strsim::jaro_winkler(wanted, &n), n))
-        .filter(|(s, _)| *s > 0.8)
-        .collect();
-    scored.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    scored
-        .into_iter()
-        .take(5)
-        .map(|(_, n)| format!("{prefix}{n}"))
+        .map(|n| format!("{prefix}{n}"))
         .collect()
 }
 

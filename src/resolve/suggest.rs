@@ -18,6 +18,23 @@ const LIST_MAX: usize = 10;
 /// (shortest first), then by string similarity of the whole name or its last component.
 pub fn nearest(syms: &ObjectSymbols, pattern: &str, max: usize) -> Vec<String> {
     let mangled = pattern.starts_with("_Z") || pattern.starts_with("_R");
+    let names = syms.functions.iter().flat_map(|f| f.names.iter()).map(|n| {
+        if mangled {
+            n.mangled.as_str()
+        } else {
+            n.demangled.as_str()
+        }
+    });
+    nearest_names(names, pattern, max)
+}
+
+/// Up to `max` of `names` similar to `pattern`, ranked as [`nearest`] ranks symbols (also used
+/// for tracepoint names).
+pub fn nearest_names<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    pattern: &str,
+    max: usize,
+) -> Vec<String> {
     let query: String = unescape(pattern)
         .chars()
         .filter(|c| !matches!(c, '*' | '?'))
@@ -26,18 +43,7 @@ pub fn nearest(syms: &ObjectSymbols, pattern: &str, max: usize) -> Vec<String> {
     if query.is_empty() {
         return Vec::new();
     }
-    let mut names: Vec<&str> = syms
-        .functions
-        .iter()
-        .flat_map(|f| f.names.iter())
-        .map(|n| {
-            if mangled {
-                n.mangled.as_str()
-            } else {
-                n.demangled.as_str()
-            }
-        })
-        .collect();
+    let mut names: Vec<&str> = names.into_iter().collect();
     names.sort_unstable();
     names.dedup();
     let mut scored: Vec<(u8, f64, &str)> = names
