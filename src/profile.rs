@@ -17,6 +17,9 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../attach-profiles/fixture-cxx.toml"),
     ),
     ("postgres", include_str!("../attach-profiles/postgres.toml")),
+    ("ao", include_str!("../attach-profiles/ao.toml")),
+    ("aoco", include_str!("../attach-profiles/aoco.toml")),
+    ("pax", include_str!("../attach-profiles/pax.toml")),
 ];
 
 /// How a phase's return is detected.
