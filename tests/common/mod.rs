@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+pub mod pg;
+
 /// The wprof binary under test.
 pub fn wprof() -> Command {
     Command::new(env!("CARGO_BIN_EXE_wprof"))
