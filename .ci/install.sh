@@ -6,7 +6,8 @@ set -euo pipefail
 
 TC=nightly-2026-10-29          # keep in sync with rust-toolchain.toml
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils)
+APT_PACKAGES=(build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils
+              libprotobuf-dev protobuf-compiler libzstd-dev libpq-dev)   # last line: the PAX fixture
 
 log() { printf '[install %s] %s\n' "$(date +%T)" "$*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
