@@ -83,6 +83,10 @@ pub struct TraceArgs {
     /// (sched:sched_switch).
     #[arg(long)]
     pub off_cpu: bool,
+    /// Also keep one tree per process (JSON `processes`) and print those instead of the
+    /// merged tree.
+    #[arg(long)]
+    pub per_pid: bool,
 }
 
 /// Output files.
@@ -130,6 +134,12 @@ pub struct AttachArgs {
     /// Process to trace (repeatable).
     #[arg(long, short = 'p', value_name = "PID", required = true, value_parser = clap::value_parser!(u32).range(1..))]
     pub pid: Vec<u32>,
+    /// Also trace every process the traced ones fork from now on (e.g. the backends of a
+    /// PostgreSQL postmaster), from their first instruction. The probes then sit on the
+    /// probed objects for every process that maps them, and BPF drops the untraced ones:
+    /// such a process pays one probe hit per call of a probed function (docs/profiles.md).
+    #[arg(long)]
+    pub follow_forks: bool,
     /// Tracing options.
     #[command(flatten)]
     pub trace: TraceArgs,
@@ -190,6 +200,10 @@ pub struct ReportArgs {
     /// Show the first N root calls (cold caches, plan building) apart from the rest.
     #[arg(long, value_name = "N")]
     pub first: Option<usize>,
+    /// Require per-process trees (runs recorded with --per-pid show them anyway): exit 2
+    /// when the run has none.
+    #[arg(long)]
+    pub per_pid: bool,
 }
 
 /// `wprof compare`.

@@ -107,12 +107,18 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
                 },
                 probe_cost::class_name(t.entry.cost),
                 probe_cost::pair_ns(p) / 1000.0,
-                status_text(&p.status)
+                match &t.debuginfo {
+                    Some(dbg) => format!("{} (debuginfo: {dbg})", status_text(&p.status)),
+                    None => status_text(&p.status),
+                }
             )?;
         }
     }
     writeln!(out, "pair µs: {}", probe_cost::MODEL)?;
     drop(out);
+    for w in phases.iter().flat_map(|p| &p.warnings) {
+        eprintln!("wprof: warning: {w}");
+    }
     if let Some(err) = resolve::unresolved_required(&phases) {
         return Err(err.into());
     }
@@ -134,6 +140,13 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         std::fs::read_to_string(&a.run).with_context(|| format!("read {}", a.run.display()))?;
     let run = render::from_json(&text)
         .with_context(|| format!("{} is not a wprof run", a.run.display()))?;
+    if a.per_pid && run.processes.is_empty() {
+        return Err(WprofError::Usage(format!(
+            "{} has no per-process trees: record it with --per-pid",
+            a.run.display()
+        ))
+        .into());
+    }
     if a.tail.is_some() || a.first.is_some() {
         use crate::analyze::tail;
         let mut text = String::new();

@@ -6,6 +6,20 @@
 
 use crate::aggregate::{CallTable, PhaseTree, SpanLog};
 
+/// One traced process of a run made with `--per-pid`.
+#[derive(Debug, Clone, Default)]
+pub struct ProcessRun {
+    /// Process id.
+    pub pid: u32,
+    /// What it was: its command line or process title (`postgres: user db [local] INSERT`)
+    /// as last read while it ran.
+    pub label: String,
+    /// The traced process it was forked from (`--follow-forks`), None for a `--pid` target.
+    pub parent: Option<u32>,
+    /// Its own tree.
+    pub tree: PhaseTree,
+}
+
 /// JSON schema version written and accepted.
 pub const SCHEMA_VERSION: u32 = 1;
 
@@ -22,8 +36,12 @@ pub struct Provenance {
     pub started_unix: u64,
     /// Wall time probes were live and events read (attach/detach excluded), seconds.
     pub duration_s: f64,
-    /// Traced pids.
+    /// Traced pids (the `--pid`s, or `record`'s child).
     pub pids: Vec<u32>,
+    /// Whether children of the traced processes were traced too (`--follow-forks`).
+    pub follow_forks: bool,
+    /// Processes that got traced by following forks, in order.
+    pub forked: Vec<u32>,
     /// The command, for `record`.
     pub command: Option<Vec<String>>,
     /// Profile name.
@@ -76,6 +94,8 @@ pub struct PhaseInfo {
     pub unmatched_returns: u64,
     /// Entries dropped because the thread's stack was full.
     pub overflow: u64,
+    /// Calls left out because they were not made inside the phase's `under` phase.
+    pub outside_under: u64,
     /// Estimated cost of one entry+return pair of this phase's probes, ns.
     pub probe_pair_ns: f64,
 }
@@ -137,6 +157,8 @@ pub struct Run {
     pub cpu: Option<StackProfile>,
     /// Off-CPU time folded under the phase paths and blocking stacks (`--off-cpu`).
     pub off_cpu: Option<StackProfile>,
+    /// One tree per process (`--per-pid`), smallest pid first; empty otherwise.
+    pub processes: Vec<ProcessRun>,
 }
 
 /// Stacks sampled or blocked during a run, each prefixed by the phase path open at the time.

@@ -74,12 +74,32 @@ pub struct Phase {
     /// Kernel phase: an enter and an exit tracepoint (`["cat:enter", "cat:exit"]`) hit by the
     /// same thread.
     pub tracepoint: Option<TracepointPair>,
-    /// Integer argument to capture (0-based) or "retval" (not supported yet).
+    /// Integer argument to capture (0-based, System V x86-64 order) or "retval".
     pub arg: Option<toml::Value>,
-    /// Unit of the captured argument (rows, bytes...).
+    /// Unit of the captured argument (rows, bytes...); without `arg`, each call is one unit.
     pub unit: Option<String>,
-    /// Count only calls made inside this other phase (not supported yet).
+    /// Count only calls made inside this other phase (calls elsewhere are left out in BPF).
     pub under: Option<String>,
+}
+
+/// What a phase captures per call (its `arg`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Capture {
+    /// Integer argument `n` (0-based) at entry.
+    Arg(u8),
+    /// The return value at the exit.
+    RetVal,
+}
+
+impl Phase {
+    /// The validated `arg` of the phase.
+    pub fn capture(&self) -> Option<Capture> {
+        match &self.arg {
+            Some(toml::Value::Integer(n)) if (0..6).contains(n) => Some(Capture::Arg(*n as u8)),
+            Some(toml::Value::String(s)) if s == "retval" => Some(Capture::RetVal),
+            _ => None,
+        }
+    }
 }
 
 /// The two tracepoints of a `tracepoint` phase, written `["category:enter", "category:exit"]`.
@@ -198,6 +218,30 @@ impl Profile {
                 if !self.phases.iter().any(|q| &q.name == u) {
                     return err(format!("phase '{}': under = '{u}' names no phase", p.name));
                 }
+                if u == &p.name {
+                    return err(format!("phase '{}': under names the phase itself", p.name));
+                }
+                if p.symbol.is_none() {
+                    return err(format!(
+                        "phase '{}': under is supported on symbol phases only",
+                        p.name
+                    ));
+                }
+            }
+            if let Some(a) = &p.arg {
+                if p.capture().is_none() {
+                    return err(format!(
+                        "phase '{}': arg = {a} must be an argument index 0-5 (System V x86-64 \
+                         integer registers) or \"retval\"",
+                        p.name
+                    ));
+                }
+                if p.symbol.is_none() {
+                    return err(format!(
+                        "phase '{}': arg is supported on symbol phases only",
+                        p.name
+                    ));
+                }
             }
         }
         Ok(())
@@ -252,6 +296,35 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("used twice"), "{e}");
+    }
+
+    #[test]
+    fn arg_and_under_are_validated() {
+        let ok = Profile::parse(
+            "name='x'\n[[phase]]\nname='a'\nsymbol='f'\n[[phase]]\nname='b'\nsymbol='g'\narg=2\nunit='rows'\nunder='a'\n[[phase]]\nname='c'\nsymbol='h'\narg='retval'\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(ok.phases[1].capture(), Some(Capture::Arg(2)));
+        assert_eq!(ok.phases[2].capture(), Some(Capture::RetVal));
+        assert_eq!(ok.phases[0].capture(), None);
+        for (bad, want) in [
+            ("arg=6", "argument index 0-5"),
+            ("arg='rax'", "argument index 0-5"),
+            ("under='nope'", "names no phase"),
+            ("under='a'", "the phase itself"),
+        ] {
+            let text = format!("name='x'\n[[phase]]\nname='a'\nsymbol='f'\n{bad}\n");
+            let e = Profile::parse(&text, "t").unwrap_err().to_string();
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+        let e = Profile::parse(
+            "name='x'\n[[phase]]\nname='a'\nsyscall='write'\narg=2\n",
+            "t",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("symbol phases only"), "{e}");
     }
 
     #[test]

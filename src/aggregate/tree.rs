@@ -25,6 +25,8 @@ struct NodeStats {
     total_ns: u64,
     self_ns: u64,
     off_ns: u64,
+    /// Sum of the captured argument (or return value) over the calls.
+    arg_sum: u64,
     hist: LatencyHistogram,
 }
 
@@ -35,9 +37,50 @@ impl Default for NodeStats {
             total_ns: 0,
             self_ns: 0,
             off_ns: 0,
+            arg_sum: 0,
             hist: new_histogram(),
         }
     }
+}
+
+impl NodeStats {
+    #[inline]
+    fn add(&mut self, ev: &Event) {
+        self.count += 1;
+        self.total_ns += ev.dur_ns;
+        self.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
+        self.off_ns += ev.off_ns;
+        self.arg_sum = self.arg_sum.saturating_add(ev.arg);
+        self.hist.saturating_record(ev.dur_ns.max(1));
+    }
+}
+
+/// How a phase counts units (`unit` in the profile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnitSpec {
+    /// The unit's name (rows, bytes...).
+    pub name: String,
+    /// True when a captured argument or return value gives the units of each call; false
+    /// when each call is one unit.
+    pub from_arg: bool,
+}
+
+/// Units a node processed (`unit` phases): the sum of the captured argument, or its calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Units {
+    /// The unit's name.
+    pub name: String,
+    /// Units over the completed calls.
+    pub total: u64,
+}
+
+/// The tree of one traced process (`--per-pid`).
+#[derive(Debug, Clone)]
+pub struct ProcessTree {
+    /// The process id.
+    pub pid: u32,
+    /// Its tree (same shape as the merged tree, only the nodes it reached).
+    pub tree: PhaseTree,
 }
 
 /// Accumulates events of one run.
@@ -54,6 +97,12 @@ pub struct Aggregator {
     skipped: u64,
     /// Whether off-CPU time is tracked (nodes then carry `off_cpu_ns`).
     off_cpu: bool,
+    /// Per phase id: how it counts units.
+    units: Vec<Option<UnitSpec>>,
+    /// Per process stats, when trees per pid are wanted (`--per-pid`).
+    per_pid: Option<HashMap<u32, NodeMap<NodeStats>>>,
+    /// Forks seen (`--follow-forks`): child pid -> parent pid, in order.
+    forks: Vec<(u32, u32)>,
 }
 
 /// One node's cumulative figures at a point of a run (`--interval` snapshots).
@@ -99,6 +148,8 @@ pub struct TreeNode {
     pub self_ns: u64,
     /// Distribution of call durations, ns.
     pub hist: LatencyHistogram,
+    /// Units processed by the completed calls, for phases with a `unit`.
+    pub units: Option<Units>,
     /// Calls whose span was lost (ring buffer full): counted, not timed.
     pub lost: u64,
     /// Calls left without a return (longjmp, exception, skipped uretprobe): not timed.
@@ -123,6 +174,7 @@ impl TreeNode {
             total_ns: 0,
             self_ns: 0,
             hist: new_histogram(),
+            units: None,
             lost: 0,
             abandoned: 0,
             open: 0,
@@ -226,13 +278,40 @@ impl Aggregator {
             if let Some(c) = &mut self.calls {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
             }
-            let s = self.stats.entry(ev.node).or_default();
-            s.count += 1;
-            s.total_ns += ev.dur_ns;
-            s.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
-            s.off_ns += ev.off_ns;
-            s.hist.saturating_record(ev.dur_ns.max(1));
+            self.stats.entry(ev.node).or_default().add(ev);
+            if let Some(p) = &mut self.per_pid {
+                p.entry(ev.pid)
+                    .or_default()
+                    .entry(ev.node)
+                    .or_default()
+                    .add(ev);
+            }
+        } else if ev.kind == EventKind::Fork as u32 {
+            self.forks.push((ev.pid, ev.tid));
         }
+    }
+
+    /// Counts units for the phases that have a `unit` (index = phase id).
+    pub fn count_units(&mut self, units: Vec<Option<UnitSpec>>) {
+        self.units = units;
+    }
+
+    /// Also keeps each process's figures apart, for [`Aggregator::finish_per_pid`].
+    pub fn track_per_pid(&mut self) {
+        self.per_pid.get_or_insert_with(HashMap::new);
+    }
+
+    /// Forks of traced processes seen since the last call: (child, parent), in order.
+    pub fn take_forks(&mut self) -> Vec<(u32, u32)> {
+        std::mem::take(&mut self.forks)
+    }
+
+    /// Processes with completed calls so far (only kept with [`Aggregator::track_per_pid`]).
+    pub fn pids(&self) -> Vec<u32> {
+        self.per_pid
+            .as_ref()
+            .map(|p| p.keys().copied().collect())
+            .unwrap_or_default()
     }
 
     /// Marks the run as tracking off-CPU time: every node of the tree gets `off_cpu_ns`.
@@ -303,13 +382,73 @@ impl Aggregator {
         names: &[String],
         roles: &[Option<String>],
         end: &EndCounters,
-    ) -> (PhaseTree, CallTable, SpanLog) {
+    ) -> (PhaseTree, CallTable, SpanLog, Vec<ProcessTree>) {
         let (calls, spans) = self
             .calls
             .take()
             .map(CallRecorder::finish)
             .unwrap_or_default();
-        (self.finish(names, roles, end), calls, spans)
+        let processes = self.finish_per_pid(names, roles);
+        (self.finish(names, roles, end), calls, spans, processes)
+    }
+
+    /// One tree per process (`--per-pid`), smallest pid first; empty unless
+    /// [`Aggregator::track_per_pid`] was called. BPF's lost/abandoned/open counts are per node,
+    /// not per process: they stay in the merged tree.
+    pub fn finish_per_pid(
+        &mut self,
+        names: &[String],
+        roles: &[Option<String>],
+    ) -> Vec<ProcessTree> {
+        let Some(per_pid) = self.per_pid.take() else {
+            return Vec::new();
+        };
+        let (children, roots) = self.shape();
+        let none = EndCounters::default();
+        let build = Builder {
+            off_cpu: self.off_cpu,
+            defs: &self.defs,
+            children: &children,
+            names,
+            roles,
+            units: &self.units,
+            end: &none,
+        };
+        let mut out: Vec<ProcessTree> = per_pid
+            .into_iter()
+            .map(|(pid, mut stats)| {
+                let mut trees: Vec<TreeNode> = roots
+                    .iter()
+                    .map(|&n| build.node(n, &mut stats))
+                    .filter_map(prune_unreached)
+                    .collect();
+                sort_by_total(&mut trees);
+                ProcessTree {
+                    pid,
+                    tree: PhaseTree {
+                        roots: trees,
+                        orphan_spans: stats.values().map(|s| s.count).sum(),
+                        events: 0,
+                    },
+                }
+            })
+            .collect();
+        out.sort_by_key(|p| p.pid);
+        out
+    }
+
+    /// Children of every node and the roots, from the node definitions.
+    fn shape(&self) -> (NodeMap<Vec<u64>>, Vec<u64>) {
+        let mut children: NodeMap<Vec<u64>> = NodeMap::default();
+        let mut roots = Vec::new();
+        for (&node, def) in &self.defs {
+            if def.parent == 0 {
+                roots.push(node);
+            } else {
+                children.entry(def.parent).or_default().push(node);
+            }
+        }
+        (children, roots)
     }
 
     /// Builds the tree. `names[i]` and `roles[i]` describe phase id `i`.
@@ -319,22 +458,15 @@ impl Aggregator {
         roles: &[Option<String>],
         end: &EndCounters,
     ) -> PhaseTree {
+        let (children, roots) = self.shape();
         let Aggregator {
             defs,
             mut stats,
             events,
             off_cpu: self_off_cpu,
+            units,
             ..
         } = self;
-        let mut children: NodeMap<Vec<u64>> = NodeMap::default();
-        let mut roots = Vec::new();
-        for (&node, def) in &defs {
-            if def.parent == 0 {
-                roots.push(node);
-            } else {
-                children.entry(def.parent).or_default().push(node);
-            }
-        }
         let orphan_spans = stats
             .iter()
             .filter(|(n, _)| !defs.contains_key(n))
@@ -346,6 +478,7 @@ impl Aggregator {
             children: &children,
             names,
             roles,
+            units: &units,
             end,
         };
         let mut roots: Vec<TreeNode> = roots
@@ -367,6 +500,7 @@ struct Builder<'a> {
     children: &'a NodeMap<Vec<u64>>,
     names: &'a [String],
     roles: &'a [Option<String>],
+    units: &'a [Option<UnitSpec>],
     end: &'a EndCounters,
 }
 
@@ -388,6 +522,12 @@ impl Builder<'_> {
             if self.off_cpu {
                 t.off_cpu_ns = Some(s.off_ns);
             }
+            if let Some(Some(u)) = self.units.get(phase as usize) {
+                t.units = Some(Units {
+                    name: u.name.clone(),
+                    total: if u.from_arg { s.arg_sum } else { s.count },
+                });
+            }
         }
         t.lost = self.end.lost.get(&node).copied().unwrap_or(0);
         t.abandoned = self.end.abandoned.get(&node).copied().unwrap_or(0);
@@ -398,6 +538,15 @@ impl Builder<'_> {
         }
         t
     }
+}
+
+/// Drops the nodes a process never reached (no calls, open or abandoned, none below).
+fn prune_unreached(mut n: TreeNode) -> Option<TreeNode> {
+    n.children = std::mem::take(&mut n.children)
+        .into_iter()
+        .filter_map(prune_unreached)
+        .collect();
+    (n.count > 0 || !n.children.is_empty()).then_some(n)
 }
 
 fn sort_by_total(nodes: &mut [TreeNode]) {
@@ -481,7 +630,8 @@ mod tests {
         a.add(&inner);
         a.add(&outer);
         a.add(&span(1, 0, 100, 70));
-        let (_, calls, spans) = a.finish_all(&names, &[None, None], &EndCounters::default());
+        let (_, calls, spans, _) =
+            a.finish_all(&names, &[None, None], &EndCounters::default());
         assert_eq!(calls.rows.len(), 1);
         assert_eq!(calls.rows[0].phase_ns, [100, 70]);
         assert_eq!(calls.rows[0].phase_calls, [1, 2]);
@@ -531,5 +681,77 @@ mod tests {
         let c = t.find(&["r", "c"]).unwrap();
         assert_eq!((c.lost, c.abandoned, c.count), (7, 1, 0));
         assert_eq!(t.roots[0].open, 1);
+    }
+
+    #[test]
+    fn units_sum_the_captured_argument_or_count_calls() {
+        let names: Vec<String> = vec!["copy".into(), "multi".into(), "single".into()];
+        let mut a = Aggregator::new();
+        a.count_units(vec![
+            None,
+            Some(UnitSpec {
+                name: "rows".into(),
+                from_arg: true,
+            }),
+            Some(UnitSpec {
+                name: "rows".into(),
+                from_arg: false,
+            }),
+        ]);
+        a.add(&def(1, 0, 0));
+        a.add(&def(2, 1, 1));
+        a.add(&def(3, 1, 2));
+        for (node, phase, arg) in [(2, 1, 1000), (2, 1, 24), (3, 2, 0), (3, 2, 0), (3, 2, 0)] {
+            a.add(&Event {
+                arg,
+                ..span(node, phase, 10, 0)
+            });
+        }
+        a.add(&span(1, 0, 100, 50));
+        let t = a.finish(&names, &[None, None, None], &EndCounters::default());
+        let units = |p: &[&str]| t.find(p).unwrap().units.clone().map(|u| (u.name, u.total));
+        assert_eq!(units(&["copy"]), None);
+        assert_eq!(units(&["copy", "multi"]), Some(("rows".into(), 1024)));
+        assert_eq!(units(&["copy", "single"]), Some(("rows".into(), 3)));
+    }
+
+    #[test]
+    fn per_pid_trees_hold_only_what_each_process_reached() {
+        let names: Vec<String> = vec!["r".into(), "a".into(), "b".into()];
+        let mut a = Aggregator::new();
+        a.track_per_pid();
+        a.add(&def(1, 0, 0));
+        a.add(&def(2, 1, 1));
+        a.add(&def(3, 1, 2));
+        let at = |pid: u32, node: u64, phase: u32, dur: u64| Event {
+            pid,
+            ..span(node, phase, dur, 0)
+        };
+        a.add(&at(10, 2, 1, 5));
+        a.add(&at(10, 1, 0, 20));
+        a.add(&at(20, 3, 2, 7));
+        a.add(&at(20, 3, 2, 7));
+        a.add(&at(20, 1, 0, 30));
+        a.add(&Event {
+            kind: EventKind::Fork as u32,
+            pid: 20,
+            tid: 1,
+            ..Event::default()
+        });
+        assert_eq!(a.take_forks(), vec![(20, 1)]);
+        assert!(a.take_forks().is_empty());
+        let mut pids = a.pids();
+        pids.sort();
+        assert_eq!(pids, vec![10, 20]);
+        let roles = [None, None, None];
+        let (merged, _, _, procs) = a.finish_all(&names, &roles, &EndCounters::default());
+        assert_eq!(merged.find(&["r"]).unwrap().count, 2);
+        assert_eq!(procs.iter().map(|p| p.pid).collect::<Vec<_>>(), [10, 20]);
+        let (t10, t20) = (&procs[0].tree, &procs[1].tree);
+        assert_eq!(t10.find(&["r", "a"]).unwrap().count, 1);
+        assert!(t10.find(&["r", "b"]).is_none(), "pid 10 never reached b");
+        assert_eq!(t20.find(&["r", "b"]).unwrap().count, 2);
+        assert_eq!(t20.find(&["r"]).unwrap().total_ns, 30);
+        assert!(t20.find(&["r", "a"]).is_none());
     }
 }

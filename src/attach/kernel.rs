@@ -19,6 +19,8 @@ const SYS_ENTER_PROG: &str = "wprof_sys_enter";
 const SYS_EXIT_PROG: &str = "wprof_sys_exit";
 const SCHED_SWITCH_PROG: &str = "wprof_sched_switch";
 const CPU_SAMPLE_PROG: &str = "wprof_cpu_sample";
+const FORK_PROG: &str = "wprof_fork";
+const EXIT_PROG: &str = "wprof_exit";
 
 impl Tracer {
     /// Adds processes to the set the kernel-side programs report on.
@@ -101,18 +103,46 @@ impl Tracer {
         Ok(())
     }
 
+    /// Sets one entry of the BPF side's `CONFIG` array.
+    pub(super) fn set_config(&mut self, index: u32, value: u64) -> Result<()> {
+        let mut cfg: Array<_, u64> = Array::try_from(
+            self.ebpf
+                .map_mut("CONFIG")
+                .context("BPF object has no CONFIG map")?,
+        )?;
+        cfg.set(index, &value, 0)
+            .with_context(|| format!("set BPF config {index}"))
+    }
+
+    /// `--follow-forks`: every process a traced one forks is traced from its first
+    /// instruction (sched:sched_process_fork runs in the parent, before the child is ever
+    /// scheduled), and the uprobe programs keep only traced processes.
+    pub fn follow_forks(&mut self) -> Result<()> {
+        let child = field_offset("sched/sched_process_fork", "child_pid").unwrap_or(20);
+        self.set_config(config::FORK_CHILD_PID, child)?;
+        self.set_config(config::FILTER_TRACED, 1)?;
+        for (name, event) in [
+            (FORK_PROG, "sched_process_fork"),
+            (EXIT_PROG, "sched_process_exit"),
+        ] {
+            let (prog, first) = self.extra_program::<TracePoint>(name)?;
+            if first {
+                prog.load()
+                    .with_context(|| format!("verify and load BPF program {name}"))?;
+            }
+            prog.attach("sched", event).with_context(|| {
+                format!("attach tracepoint sched:{event} (is tracefs mounted?)")
+            })?;
+        }
+        Ok(())
+    }
+
     /// Starts tracking when traced threads leave and re-enter the CPU.
     pub fn attach_off_cpu(&mut self) -> Result<()> {
-        let (prev, next) = sched_switch_offsets();
-        {
-            let mut cfg: Array<_, u64> = Array::try_from(
-                self.ebpf
-                    .map_mut("CONFIG")
-                    .context("BPF object has no CONFIG map")?,
-            )?;
-            cfg.set(config::SCHED_PREV_PID, &prev, 0)?;
-            cfg.set(config::SCHED_NEXT_PID, &next, 0)?;
-        }
+        let prev = field_offset("sched/sched_switch", "prev_pid").unwrap_or(24);
+        let next = field_offset("sched/sched_switch", "next_pid").unwrap_or(56);
+        self.set_config(config::SCHED_PREV_PID, prev)?;
+        self.set_config(config::SCHED_NEXT_PID, next)?;
         let (prog, first) = self.extra_program::<TracePoint>(SCHED_SWITCH_PROG)?;
         if first {
             prog.load()
@@ -181,25 +211,19 @@ impl Tracer {
     }
 }
 
-/// Offsets of `prev_pid` and `next_pid` in sched:sched_switch records, from the tracefs format
-/// (the kernel's own description); the long-stable layout when it cannot be read.
-fn sched_switch_offsets() -> (u64, u64) {
+/// Offset of `field` in the records of tracepoint `event` (`category/name`), from its tracefs
+/// format (the kernel's own description); None when it cannot be read, and the caller falls
+/// back to the long-stable layout.
+fn field_offset(event: &str, field: &str) -> Option<u64> {
     let format = tracefs()
-        .and_then(|t| std::fs::read_to_string(t.join("events/sched/sched_switch/format")).ok())
-        .unwrap_or_default();
-    let offset_of = |field: &str| {
-        format.lines().find_map(|l| {
-            let l = l.trim();
-            if !l.contains(&format!(" {field};")) {
-                return None;
-            }
-            l.split(';')
-                .find_map(|part| part.trim().strip_prefix("offset:"))
-                .and_then(|v| v.parse().ok())
-        })
-    };
-    (
-        offset_of("prev_pid").unwrap_or(24),
-        offset_of("next_pid").unwrap_or(56),
-    )
+        .and_then(|t| std::fs::read_to_string(t.join(format!("events/{event}/format"))).ok())?;
+    format.lines().find_map(|l| {
+        let l = l.trim();
+        if !l.contains(&format!(" {field};")) {
+            return None;
+        }
+        l.split(';')
+            .find_map(|part| part.trim().strip_prefix("offset:"))
+            .and_then(|v| v.parse().ok())
+    })
 }

@@ -19,12 +19,12 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use wprof_common::{cookie, SiteKind};
+use wprof_common::{cookie, cookie_with, SiteKind, ARG_NONE, ARG_RETVAL};
 
 pub use capabilities::check_capabilities;
 
 use crate::error::WprofError;
-use crate::profile::ReturnMode;
+use crate::profile::{Capture, ReturnMode};
 use crate::resolve::{ResolvedPhase, ResolvedSymbol, Status};
 
 /// The eBPF object built from probes/ebpf by build.rs.
@@ -141,7 +141,14 @@ impl Tracer {
 
     /// Attaches every resolved phase in every pid: the points of one program in one object and
     /// pid go in one attach call. A pid that is gone gets a [`WprofError::NoProcess`] error.
-    pub fn attach(&mut self, phases: &[ResolvedPhase], pids: &[u32]) -> Result<AttachSummary> {
+    /// With `every_process` (`--follow-forks`, after [`Tracer::follow_forks`]) the probes go on
+    /// the objects for every process that maps them, once, and BPF keeps the traced ones.
+    pub fn attach(
+        &mut self,
+        phases: &[ResolvedPhase],
+        pids: &[u32],
+        every_process: bool,
+    ) -> Result<AttachSummary> {
         let mut summary = AttachSummary::default();
         // (program, object) -> points, in phase order.
         let mut plan: Vec<(
@@ -154,6 +161,19 @@ impl Tracer {
             .filter(|p| matches!(p.status, Status::Resolved))
         {
             let uret = rp.return_mode == ReturnMode::Uretprobe;
+            let (entry_arg, exit_arg) = match rp.phase.capture() {
+                None => (ARG_NONE, ARG_NONE),
+                Some(Capture::Arg(n)) => (n as u64 + 1, ARG_NONE),
+                Some(Capture::RetVal) => (ARG_NONE, ARG_RETVAL),
+            };
+            let under = rp
+                .phase
+                .under
+                .as_ref()
+                .and_then(|u| phases.iter().find(|q| &q.phase.name == u).map(|q| q.id + 1));
+            let under = under.unwrap_or(0);
+            let entry_cookie = |kind| cookie_with(cookie(rp.id, kind, uret), entry_arg, under);
+            let exit_cookie = |kind| cookie_with(cookie(rp.id, kind, uret), exit_arg, under);
             for t in &rp.targets {
                 let mut push = |prog: &'static str, p: UProbeAttachPoint<'static>| match plan
                     .iter_mut()
@@ -164,30 +184,38 @@ impl Tracer {
                 };
                 push(
                     self.progs.entry,
-                    point(t.entry.file_offset, cookie(rp.id, SiteKind::Entry, uret)),
+                    point(t.entry.file_offset, entry_cookie(SiteKind::Entry)),
                 );
                 if uret {
                     push(
                         self.progs.uretprobe,
-                        point(
-                            t.entry.file_offset,
-                            cookie(rp.id, SiteKind::Uretprobe, true),
-                        ),
+                        point(t.entry.file_offset, exit_cookie(SiteKind::Uretprobe)),
                     );
                 } else {
                     for s in &t.exits {
                         push(
                             self.progs.ret_site,
-                            point(s.file_offset, cookie(rp.id, SiteKind::RetSite, false)),
+                            point(s.file_offset, exit_cookie(SiteKind::RetSite)),
                         );
                     }
                 }
             }
         }
-        for &pid in pids {
-            let scope = UProbeScope::OneProcess(
-                NonZeroU32::new(pid).ok_or_else(|| WprofError::Usage("pid 0".into()))?,
-            );
+        let scopes: Vec<(UProbeScope, u32)> = if every_process {
+            vec![(
+                UProbeScope::AllProcesses,
+                pids.first().copied().unwrap_or(0),
+            )]
+        } else {
+            pids.iter()
+                .map(|&pid| {
+                    NonZeroU32::new(pid)
+                        .map(|p| (UProbeScope::OneProcess(p), pid))
+                        .ok_or_else(|| WprofError::Usage("pid 0".into()))
+                })
+                .collect::<Result<_, _>>()?
+        };
+        for (scope, pid) in scopes {
             for (prog, target, points) in &plan {
                 let what = format!("{} probe points in {}", points.len(), target.display_object);
                 self.attach_points(prog, points.clone(), target, scope, pid, &what)?;

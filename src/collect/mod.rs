@@ -79,7 +79,7 @@ impl Collector {
         self.ring.as_raw_fd()
     }
 
-    /// Hands every available span and node definition to `sink` and every stack record to
+    /// Hands every available span, node definition and fork to `sink` and every stack record to
     /// `stacks`; returns how many records were read.
     pub fn drain(
         &mut self,
@@ -91,9 +91,10 @@ impl Collector {
         const NODE_DEF: u32 = EventKind::NodeDef as u32;
         const CPU_SAMPLE: u32 = EventKind::CpuSample as u32;
         const OFF_CPU: u32 = EventKind::OffCpu as u32;
+        const FORK: u32 = EventKind::Fork as u32;
         while let Some(item) = self.ring.next() {
             match record_kind(&item) {
-                Some(SPAN | NODE_DEF) => read(&item).iter().for_each(&mut sink),
+                Some(SPAN | NODE_DEF | FORK) => read(&item).iter().for_each(&mut sink),
                 Some(CPU_SAMPLE | OFF_CPU) => read(&item).iter().for_each(&mut stacks),
                 _ => {}
             }
@@ -148,6 +149,7 @@ pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
                 sum.returns += v.returns;
                 sum.unmatched_returns += v.unmatched_returns;
                 sum.overflow += v.overflow;
+                sum.outside_under += v.outside_under;
             }
         }
         end.phases.push(sum);

@@ -12,10 +12,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{
     new_histogram, CallRow, CallTable, LatencyHistogram, PhaseTree, SpanLog, SpanRecord, TreeNode,
+    Units,
 };
 use crate::model::{
-    Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run, StackProfile,
-    SCHEMA_VERSION,
+    Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance, Run,
+    StackProfile, SCHEMA_VERSION,
 };
 
 /// The run as a JSON document of schema [`SCHEMA_VERSION`].
@@ -26,15 +27,21 @@ pub fn to_json(run: &Run) -> serde_json::Value {
         phases: run.phases.iter().map(PhaseJ::from).collect(),
         counters: CountersJ::from(&run.counters),
         probe_cost: ProbeCostJ::from(&run.probe_cost),
-        tree: TreeJ {
-            roots: run.tree.roots.iter().map(NodeJ::from).collect(),
-            orphan_spans: run.tree.orphan_spans,
-            events: run.tree.events,
-        },
+        tree: TreeJ::from(&run.tree),
         calls: CallsJ::from(&run.calls),
         spans: SpansJ::from(&run.spans),
         cpu_profile: run.cpu.as_ref().map(StackProfileJ::from),
         off_cpu_profile: run.off_cpu.as_ref().map(StackProfileJ::from),
+        processes: run
+            .processes
+            .iter()
+            .map(|p| ProcessJ {
+                pid: p.pid,
+                label: p.label.clone(),
+                parent: p.parent,
+                tree: TreeJ::from(&p.tree),
+            })
+            .collect(),
     };
     // Serializing these structs cannot fail: every map key is a string and there are no
     // custom Serialize impls (non-finite floats become null rather than errors).
@@ -70,24 +77,29 @@ pub fn from_json(text: &str) -> Result<Run> {
     }
     let doc: Doc = parse_deep(text)
         .map_err(|e| anyhow!("RUN.json does not match schema v{SCHEMA_VERSION}: {e}"))?;
-    let mut roots = Vec::with_capacity(doc.tree.roots.len());
-    for r in doc.tree.roots {
-        roots.push(r.into_node(&mut Vec::new())?);
+    let mut processes = Vec::with_capacity(doc.processes.len());
+    for p in doc.processes {
+        processes.push(ProcessRun {
+            pid: p.pid,
+            label: p.label,
+            parent: p.parent,
+            tree: p
+                .tree
+                .into_tree()
+                .with_context(|| format!("process {}", p.pid))?,
+        });
     }
     Ok(Run {
         provenance: doc.provenance.into(),
         phases: doc.phases.into_iter().map(PhaseInfo::from).collect(),
         counters: doc.counters.into(),
         probe_cost: doc.probe_cost.into(),
-        tree: PhaseTree {
-            roots,
-            orphan_spans: doc.tree.orphan_spans,
-            events: doc.tree.events,
-        },
+        tree: doc.tree.into_tree()?,
         calls: doc.calls.into_table()?,
         spans: doc.spans.into_log()?,
         cpu: doc.cpu_profile.map(StackProfile::from),
         off_cpu: doc.off_cpu_profile.map(StackProfile::from),
+        processes,
     })
 }
 
@@ -112,6 +124,17 @@ struct Doc {
     cpu_profile: Option<StackProfileJ>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     off_cpu_profile: Option<StackProfileJ>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    processes: Vec<ProcessJ>,
+}
+
+/// One process's tree (`--per-pid`).
+#[derive(Serialize, Deserialize)]
+struct ProcessJ {
+    pid: u32,
+    label: String,
+    parent: Option<u32>,
+    tree: TreeJ,
 }
 
 /// CPU samples or off-CPU time: `stacks[i] = [folded stack, weight]`.
@@ -295,6 +318,10 @@ struct ProvenanceJ {
     started_unix: u64,
     duration_s: f64,
     pids: Vec<u32>,
+    #[serde(default)]
+    follow_forks: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    forked: Vec<u32>,
     command: Option<Vec<String>>,
     profile_name: String,
     profile_origin: String,
@@ -324,7 +351,13 @@ struct PhaseJ {
     returns: u64,
     unmatched_returns: u64,
     overflow: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    outside_under: u64,
     probe_pair_ns: f64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Serialize, Deserialize)]
@@ -356,6 +389,37 @@ struct TreeJ {
     events: u64,
 }
 
+impl From<&PhaseTree> for TreeJ {
+    fn from(t: &PhaseTree) -> Self {
+        TreeJ {
+            roots: t.roots.iter().map(NodeJ::from).collect(),
+            orphan_spans: t.orphan_spans,
+            events: t.events,
+        }
+    }
+}
+
+impl TreeJ {
+    fn into_tree(self) -> Result<PhaseTree> {
+        let mut roots = Vec::with_capacity(self.roots.len());
+        for r in self.roots {
+            roots.push(r.into_node(&mut Vec::new())?);
+        }
+        Ok(PhaseTree {
+            roots,
+            orphan_spans: self.orphan_spans,
+            events: self.events,
+        })
+    }
+}
+
+/// Units of a `unit` phase: `{"name": "rows", "total": 200000}`.
+#[derive(Serialize, Deserialize)]
+struct UnitsJ {
+    name: String,
+    total: u64,
+}
+
 #[derive(Serialize, Deserialize)]
 struct NodeJ {
     name: String,
@@ -381,6 +445,8 @@ struct NodeJ {
     open: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     off_cpu_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    units: Option<UnitsJ>,
     histogram: HistJ,
     children: Vec<NodeJ>,
 }
@@ -402,6 +468,8 @@ impl From<&Provenance> for ProvenanceJ {
             started_unix: p.started_unix,
             duration_s: p.duration_s,
             pids: p.pids.clone(),
+            follow_forks: p.follow_forks,
+            forked: p.forked.clone(),
             command: p.command.clone(),
             profile_name: p.profile_name.clone(),
             profile_origin: p.profile_origin.clone(),
@@ -428,6 +496,8 @@ impl From<ProvenanceJ> for Provenance {
             started_unix: p.started_unix,
             duration_s: p.duration_s,
             pids: p.pids,
+            follow_forks: p.follow_forks,
+            forked: p.forked,
             command: p.command,
             profile_name: p.profile_name,
             profile_origin: p.profile_origin,
@@ -461,6 +531,7 @@ impl From<&PhaseInfo> for PhaseJ {
             returns: p.returns,
             unmatched_returns: p.unmatched_returns,
             overflow: p.overflow,
+            outside_under: p.outside_under,
             probe_pair_ns: p.probe_pair_ns,
         }
     }
@@ -482,6 +553,7 @@ impl From<PhaseJ> for PhaseInfo {
             returns: p.returns,
             unmatched_returns: p.unmatched_returns,
             overflow: p.overflow,
+            outside_under: p.outside_under,
             probe_pair_ns: p.probe_pair_ns,
         }
     }
@@ -560,6 +632,10 @@ impl From<&TreeNode> for NodeJ {
             abandoned: n.abandoned,
             open: n.open,
             off_cpu_ns: n.off_cpu_ns,
+            units: n.units.as_ref().map(|u| UnitsJ {
+                name: u.name.clone(),
+                total: u.total,
+            }),
             histogram: HistJ {
                 unit: "ns".to_string(),
                 significant_digits: h.sigfig(),
@@ -598,6 +674,10 @@ impl NodeJ {
             abandoned: self.abandoned,
             open: self.open,
             off_cpu_ns: self.off_cpu_ns,
+            units: self.units.map(|u| Units {
+                name: u.name,
+                total: u.total,
+            }),
             children,
         })
     }

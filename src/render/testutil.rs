@@ -176,6 +176,7 @@ pub fn sample_run() -> Run {
                 returns,
                 unmatched_returns: if id == 4 { 2 } else { 0 },
                 overflow: 0,
+                outside_under: 0,
                 probe_pair_ns: pair,
             }
         });
@@ -200,6 +201,8 @@ pub fn sample_run() -> Run {
             started_unix: 1_790_000_000,
             duration_s: 30.021,
             pids: vec![4242],
+            follow_forks: false,
+            forked: Vec::new(),
             command: Some(vec!["kvd".into(), "--bench".into()]),
             profile_name: "kv".into(),
             profile_origin: "builtin:kv".into(),
@@ -263,6 +266,7 @@ pub fn sample_run() -> Run {
             ],
         }),
         off_cpu: None,
+        processes: Vec::new(),
     }
 }
 

@@ -5,7 +5,8 @@
 //! their parent), then the share of the parent, the node's own n, mean, p50 and p99, and the
 //! estimated probe share, and with `--off-cpu` the on-CPU and off-CPU time per root call
 //! (they add up to the first column); a `(self)` row under every node with children; rows for calls that
-//! could not be timed; then the footer (see `footer.rs`).
+//! could not be timed; then the footer (see `footer.rs`). A run recorded with `--per-pid` shows
+//! one tree per process instead, each headed by its pid and label.
 
 use std::collections::HashMap;
 
@@ -52,19 +53,46 @@ pub fn render_tree(run: &Run, opts: &TextOptions) -> String {
     };
     let mut rows = Vec::new();
     let mut flagged: Vec<Flagged> = Vec::new();
-    for root in &run.tree.roots {
-        let mut tree_rows = Vec::new();
-        walk(
-            &ctx,
-            root,
-            root.count,
-            None,
-            String::new(),
-            String::new(),
-            &mut tree_rows,
-            &mut flagged,
-        );
-        rows.push(tree_rows);
+    // A run recorded with --per-pid shows one tree per process.
+    if !run.processes.is_empty() {
+        for p in &run.processes {
+            let forked = p
+                .parent
+                .map(|q| format!("  (forked by {q})"))
+                .unwrap_or_default();
+            let mut head = vec![Row::Note {
+                label: format!("── pid {}: {}{forked}", p.pid, p.label),
+                warn: false,
+            }];
+            for root in &p.tree.roots {
+                walk(
+                    &ctx,
+                    root,
+                    root.count,
+                    None,
+                    String::new(),
+                    String::new(),
+                    &mut head,
+                    &mut flagged,
+                );
+            }
+            rows.push(head);
+        }
+    } else {
+        for root in &run.tree.roots {
+            let mut tree_rows = Vec::new();
+            walk(
+                &ctx,
+                root,
+                root.count,
+                None,
+                String::new(),
+                String::new(),
+                &mut tree_rows,
+                &mut flagged,
+            );
+            rows.push(tree_rows);
+        }
     }
 
     let mut out = String::new();
@@ -151,6 +179,8 @@ enum Row {
         probe: Option<f64>,
         /// On-CPU and off-CPU time per root call (runs with `--off-cpu`).
         on_off: Option<[String; 2]>,
+        /// Units of a `unit` phase and its time per unit, e.g. `20000 rows  1.52 µs/row`.
+        units: Option<String>,
     },
     SelfTime {
         label: String,
@@ -184,6 +214,7 @@ impl Row {
                 stats,
                 probe,
                 on_off,
+                units,
             } => {
                 let name = if *is_root {
                     paint(label, BOLD, opts.color)
@@ -216,6 +247,9 @@ impl Row {
                     } else {
                         s.push_str(&format!("  {text}"));
                     }
+                }
+                if let Some(u) = units {
+                    s.push_str(&format!("  {u}"));
                 }
                 s
             }
@@ -304,6 +338,14 @@ fn walk(
                 per_root(off, root_calls),
             ]
         }),
+        units: node.units.as_ref().map(|u| {
+            let per = if u.total == 0 {
+                "-".to_string()
+            } else {
+                format_ns(node.total_ns as f64 / u.total as f64)
+            };
+            format!("{} {}  {per}/{}", u.total, u.name, singular(&u.name))
+        }),
     });
 
     let mut under: Vec<Under<'_>> = node.children.iter().map(Under::Child).collect();
@@ -353,6 +395,13 @@ fn walk(
             }),
         }
     }
+}
+
+/// `rows` -> `row`, for "µs/row".
+pub(super) fn singular(unit: &str) -> &str {
+    unit.strip_suffix('s')
+        .filter(|s| !s.is_empty())
+        .unwrap_or(unit)
 }
 
 fn per_root(ns: u64, root_calls: u64) -> String {

@@ -6,18 +6,21 @@
 
 mod child;
 mod outputs;
+mod processes;
 mod snapshots;
 mod stacks;
 mod trace_loop;
 
 use anyhow::{Context, Result};
 
-use crate::aggregate::{Aggregator, DEFAULT_MAX_SPANS};
+use crate::aggregate::{Aggregator, UnitSpec, DEFAULT_MAX_SPANS};
 use crate::args::{AttachArgs, RecordArgs, TraceArgs};
 use crate::attach::{check_capabilities, process_alive, Tracer, TracerOptions};
 use crate::collect::{read_end_state, Collector, EndState};
 use crate::error::WprofError;
-use crate::model::{Counters, ObjectInfo, PhaseInfo, ProbeCost, Provenance, Run, StackProfile};
+use crate::model::{
+    Counters, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance, Run, StackProfile,
+};
 use crate::probe_cost;
 use crate::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
@@ -42,7 +45,12 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     let phases = resolve_checked(&profile, Scope::Pids(a.pid.clone()), &a.trace)?;
     let mut tracer = Tracer::load(tracer_options(&a.trace))?;
     test_pause_before_attach();
-    let summary = tracer.attach(&phases, &a.pid)?;
+    if a.follow_forks {
+        // Before any uprobe goes live: from then on BPF keeps only the traced processes.
+        tracer.trace_pids(&a.pid)?;
+        tracer.follow_forks()?;
+    }
+    let summary = tracer.attach(&phases, &a.pid, a.follow_forks)?;
     let kernel = attach_kernel_side(&mut tracer, &phases, &a.pid, &a.trace)?;
     // A process that died during attach may have accepted no probe or a useless one.
     if let Some(gone) = a.pid.iter().find(|&&p| !process_alive(p)) {
@@ -51,8 +59,15 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         ))
         .into());
     }
+    // Before the "attached" line, so a Ctrl-C right after it already ends the run cleanly.
+    let mut watch = Watch::pids(a.pid.clone(), a.trace.duration);
+    let forks = if a.follow_forks {
+        " and the processes they fork"
+    } else {
+        ""
+    };
     eprintln!(
-        "wprof: attached {} probe points ({} links{kernel}, {} phases) to pid {}; Ctrl-C to stop",
+        "wprof: attached {} probe points ({} links{kernel}, {} phases) to pid {}{forks}; Ctrl-C to stop",
         summary.points,
         summary.links,
         phases
@@ -62,11 +77,10 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         join(&a.pid)
     );
     let started = std::time::SystemTime::now();
-    let mut watch = Watch::pids(a.pid.clone(), a.trace.duration);
-    let names = phase_names(&profile);
-    let traced = run(&mut tracer, &phases, &names, &a.trace, &mut watch)?;
+    let traced = run(&mut tracer, &phases, &profile, &a.trace, &mut watch, &a.pid)?;
     let mut run = build_run(&profile, &phases, traced, started);
     run.provenance.pids = a.pid.clone();
+    run.provenance.follow_forks = a.follow_forks;
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
     Ok(0)
 }
@@ -80,7 +94,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
     let mut child = GatedChild::spawn(&exe, &r.command)?;
-    let attached = tracer.attach(&phases, &[child.pid()]).and_then(|s| {
+    let attached = tracer.attach(&phases, &[child.pid()], false).and_then(|s| {
         attach_kernel_side(&mut tracer, &phases, &[child.pid()], &r.trace).map(|k| (s, k))
     });
     let (summary, kernel) = match attached {
@@ -102,8 +116,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     child.release()?;
     let pid = child.pid();
     let mut watch = Watch::child(child, r.trace.duration);
-    let names = phase_names(&profile);
-    let traced = run(&mut tracer, &phases, &names, &r.trace, &mut watch)?;
+    let traced = run(&mut tracer, &phases, &profile, &r.trace, &mut watch, &[pid])?;
     let status = watch.finish()?;
     let mut run = build_run(&profile, &phases, traced, started);
     run.provenance.pids = vec![pid];
@@ -185,6 +198,9 @@ pub fn resolve_checked(
             }
             Status::Resolved => {}
         }
+        for w in &p.warnings {
+            eprintln!("wprof: warning: {w}");
+        }
     }
     if !phases.iter().any(|p| matches!(p.status, Status::Resolved)) {
         return Err(WprofError::Unresolved(format!(
@@ -216,20 +232,28 @@ struct Traced {
     duration: std::time::Duration,
     cpu: Option<StackProfile>,
     off_cpu: Option<StackProfile>,
+    labels: processes::ProcessLabels,
 }
 
 fn run(
     tracer: &mut Tracer,
     phases: &[ResolvedPhase],
-    names: &[String],
+    profile: &Profile,
     t: &TraceArgs,
     watch: &mut Watch,
+    pids: &[u32],
 ) -> Result<Traced> {
+    let names = &phase_names(profile);
     let mut collector = Collector::new(tracer)?;
     let mut agg = Aggregator::with_calls(names, t.max_calls, DEFAULT_MAX_SPANS);
     if t.off_cpu {
         agg.track_off_cpu();
     }
+    if t.per_pid {
+        agg.track_per_pid();
+    }
+    agg.count_units(unit_specs(profile));
+    let mut labels = processes::ProcessLabels::new(pids);
     if let Some(skip) = t.skip {
         agg.skip_before(monotonic_ns() + skip.as_nanos() as u64);
     }
@@ -247,11 +271,14 @@ fn run(
         &mut stack_sink,
         watch,
         snapshots.as_mut(),
+        &mut labels,
         !t.quiet,
     )?;
     let duration = t0.elapsed();
     tracer.detach();
     collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
+    labels.forks(&agg.take_forks());
+    labels.refresh(agg.pids());
     if let Some(s) = snapshots.as_mut() {
         s.write(&agg)?;
     }
@@ -266,7 +293,22 @@ fn run(
         duration,
         cpu,
         off_cpu,
+        labels,
     })
+}
+
+/// How each phase counts units: its `unit`, from its `arg` or one per call.
+fn unit_specs(profile: &Profile) -> Vec<Option<UnitSpec>> {
+    profile
+        .phases
+        .iter()
+        .map(|p| {
+            p.unit.as_ref().map(|u| UnitSpec {
+                name: u.clone(),
+                from_arg: p.capture().is_some(),
+            })
+        })
+        .collect()
 }
 
 fn build_run(
@@ -282,6 +324,7 @@ fn build_run(
         duration: traced,
         cpu,
         off_cpu,
+        labels,
     } = traced;
     let end = &end;
     use wprof_common::counter;
@@ -289,7 +332,16 @@ fn build_run(
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
     let events = agg.events();
     let skipped_spans = agg.skipped();
-    let (tree, calls, spans) = agg.finish_all(&names, &roles, &end.nodes);
+    let (tree, calls, spans, per_pid) = agg.finish_all(&names, &roles, &end.nodes);
+    let processes = per_pid
+        .into_iter()
+        .map(|p| ProcessRun {
+            pid: p.pid,
+            label: labels.label(p.pid),
+            parent: labels.parent(p.pid),
+            tree: p.tree,
+        })
+        .collect();
 
     let mut infos = Vec::new();
     let mut objects: Vec<ObjectInfo> = Vec::new();
@@ -353,6 +405,7 @@ fn build_run(
             returns: pc.returns,
             unmatched_returns: pc.unmatched_returns,
             overflow: pc.overflow,
+            outside_under: pc.outside_under,
             probe_pair_ns: pair,
         });
     }
@@ -379,6 +432,8 @@ fn build_run(
         started_unix,
         duration_s: traced.as_secs_f64(),
         pids: Vec::new(),
+        follow_forks: false,
+        forked: labels.forked(),
         command: None,
         profile_name: profile.name.clone(),
         profile_origin: profile.origin.clone(),
@@ -400,6 +455,7 @@ fn build_run(
         tree,
         cpu,
         off_cpu,
+        processes,
     }
 }
 

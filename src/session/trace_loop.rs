@@ -120,6 +120,7 @@ pub fn run(
     stacks: &mut super::stacks::StackSink,
     watch: &mut Watch,
     mut snapshots: Option<&mut super::snapshots::Snapshots>,
+    labels: &mut super::processes::ProcessLabels,
     progress: bool,
 ) -> Result<EndReason> {
     let progress = progress && std::io::stderr().is_terminal();
@@ -135,6 +136,8 @@ pub fn run(
         unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
         collector.drain(|e| agg.add(e), |s| stacks.agg.add(s));
         stacks.after_drain();
+        labels.forks(&agg.take_forks());
+        labels.refresh(agg.pids());
         if let Some(s) = snapshots.as_deref_mut() {
             s.tick(agg)?;
         }

@@ -204,7 +204,7 @@ pub fn wait_attached(w: &mut Child) {
             panic!("wprof ended before attaching:\n{seen}");
         }
         seen.push_str(&line);
-        if line.contains("attached") {
+        if line.contains("wprof: attached") {
             break;
         }
     }

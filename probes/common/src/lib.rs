@@ -41,10 +41,30 @@ pub enum SiteKind {
     Uretprobe = 2,
 }
 
+/// Bits 41..44 of a cookie: what the site captures ([`ARG_NONE`], `1..=6` = integer argument
+/// `n - 1` at an entry, [`ARG_RETVAL`] = the return value at an exit site).
+pub const COOKIE_ARG_SHIFT: u64 = 41;
+
+/// No capture.
+pub const ARG_NONE: u64 = 0;
+
+/// Capture the return value (exit sites).
+pub const ARG_RETVAL: u64 = 7;
+
+/// Bits 48..64 of a cookie: the phase id + 1 of the phase this one must be called inside
+/// (`under`), 0 for none.
+pub const COOKIE_UNDER_SHIFT: u64 = 48;
+
 /// Builds the attach cookie for a phase, a site kind and the phase's return mode.
 pub const fn cookie(phase: u32, kind: SiteKind, uretprobe: bool) -> u64 {
     let flag = if uretprobe { COOKIE_URETPROBE_BIT } else { 0 };
     ((kind as u64) << COOKIE_KIND_SHIFT) | flag | phase as u64
+}
+
+/// A cookie with its capture and `under` fields: `arg` is [`ARG_NONE`], `n + 1` for argument
+/// `n` (0..6) or [`ARG_RETVAL`]; `under` is the enclosing phase's id + 1, or 0.
+pub const fn cookie_with(base: u64, arg: u64, under: u32) -> u64 {
+    base | (arg & 7) << COOKIE_ARG_SHIFT | (under as u64 & 0xffff) << COOKIE_UNDER_SHIFT
 }
 
 /// One open phase on a thread's stack.
@@ -67,6 +87,8 @@ pub struct Frame {
     pub uretprobe: u32,
     /// Time the thread spent off the CPU inside this call so far (children included), ns.
     pub off_ns: u64,
+    /// The captured argument (or, once the exit site ran, return value); 0 when none.
+    pub arg: u64,
 }
 
 /// The per-thread stack of open phases. Lives in a BPF hash map keyed by pid_tgid so a lost
@@ -94,6 +116,8 @@ pub enum EventKind {
     CpuSample = 3,
     /// A traced thread came back on the CPU (a [`StackEvent`] weighted by the ns it was off).
     OffCpu = 4,
+    /// A traced process forked (`--follow-forks`): `pid` is the child, `tid` the parent's tgid.
+    Fork = 5,
 }
 
 /// A ring-buffer record. Spans and node definitions share one layout so userspace reads a single
@@ -125,6 +149,8 @@ pub struct Event {
     pub _pad: u32,
     /// Time the thread spent off the CPU during the call (children included), ns (span only).
     pub off_ns: u64,
+    /// The phase's captured argument or return value (`arg` in the profile), 0 when none.
+    pub arg: u64,
 }
 
 /// Pending uretprobe return addresses carried with a stack, innermost first.
@@ -179,8 +205,13 @@ pub mod config {
     pub const SCHED_PREV_PID: u32 = 0;
     /// Offset of `next_pid` in the sched:sched_switch record.
     pub const SCHED_NEXT_PID: u32 = 1;
+    /// 1 when uprobes are attached to every process mapping the object (`--follow-forks`):
+    /// the programs then keep only the processes in `TRACED`.
+    pub const FILTER_TRACED: u32 = 2;
+    /// Offset of `child_pid` in the sched:sched_process_fork record.
+    pub const FORK_CHILD_PID: u32 = 3;
     /// Number of entries.
-    pub const COUNT: u32 = 4;
+    pub const COUNT: u32 = 8;
 }
 
 /// Indices of the global counters (a per-CPU array summed by userspace).
@@ -227,6 +258,8 @@ pub struct PhaseCounters {
     pub unmatched_returns: u64,
     /// Entries dropped by stack overflow.
     pub overflow: u64,
+    /// Entries left out because the phase's `under` phase was not open on the thread.
+    pub outside_under: u64,
 }
 
 #[cfg(feature = "user")]

@@ -30,8 +30,9 @@ use aya_ebpf::{
 };
 use wprof_common::{
     config, counter, Event, EventKind, NodeCounters, PhaseCounters, StackEvent, ThreadStack,
-    TracepointRole, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES,
-    MAX_PENDING_RETURNS, MAX_PHASES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
+    TracepointRole, ARG_NONE, ARG_RETVAL, COOKIE_ARG_SHIFT, COOKIE_UNDER_SHIFT,
+    COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES, MAX_PENDING_RETURNS,
+    MAX_PHASES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid. Allocated on a thread's first entry and freed when
@@ -123,16 +124,16 @@ pub fn wprof_m_uret(ctx: RetProbeContext) -> u32 {
 #[inline(always)]
 fn entry(ctx: &ProbeContext) -> u32 {
     // SAFETY: `regs` is the pt_regs the kernel passed to this program.
-    let sp = unsafe { (*ctx.regs).rsp };
-    let _ = on_entry(ctx, sp);
+    let regs = unsafe { &*ctx.regs };
+    let _ = on_entry(ctx, regs);
     0
 }
 
 #[inline(always)]
 fn ret_site(ctx: &ProbeContext) -> u32 {
     // SAFETY: as in entry.
-    let sp = unsafe { (*ctx.regs).rsp };
-    let _ = on_return(ctx, sp);
+    let regs = unsafe { &*ctx.regs };
+    let _ = on_return(ctx, regs.rsp, regs.rax);
     0
 }
 
@@ -141,21 +142,75 @@ fn ret_site(ctx: &ProbeContext) -> u32 {
 #[inline(always)]
 fn uretprobe(ctx: &RetProbeContext) -> u32 {
     // SAFETY: as in entry.
-    let sp = unsafe { (*ctx.regs).rsp };
-    let _ = on_return(ctx, sp.wrapping_sub(8));
+    let regs = unsafe { &*ctx.regs };
+    let _ = on_return(ctx, regs.rsp.wrapping_sub(8), regs.rax);
     0
 }
 
-/// The phase id and the uretprobe flag of the site that fired.
+/// What the attach cookie of the site that fired says.
+#[derive(Clone, Copy)]
+struct Site {
+    phase: u32,
+    uretprobe: bool,
+    /// `ARG_NONE`, argument index + 1, or `ARG_RETVAL`.
+    arg: u64,
+    /// Id + 1 of the phase this one must be called inside, 0 for none.
+    under: u32,
+}
+
 #[inline(always)]
-fn phase_of<C: EbpfContext>(ctx: &C) -> Result<(u32, bool), ()> {
+fn site_of<C: EbpfContext>(ctx: &C) -> Result<Site, ()> {
     // SAFETY: the helper only reads the cookie of the link that fired.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
     let phase = cookie as u32;
     if phase >= MAX_PHASES {
         return Err(());
     }
-    Ok((phase, cookie & COOKIE_URETPROBE_BIT != 0))
+    Ok(Site {
+        phase,
+        uretprobe: cookie & COOKIE_URETPROBE_BIT != 0,
+        arg: (cookie >> COOKIE_ARG_SHIFT) & 7,
+        under: (cookie >> COOKIE_UNDER_SHIFT) as u32 & 0xffff,
+    })
+}
+
+/// Integer argument `n` (0-based) of the System V x86-64 calling convention.
+#[inline(always)]
+fn int_arg(regs: &aya_ebpf::bindings::pt_regs, n: u64) -> u64 {
+    match n {
+        0 => regs.rdi,
+        1 => regs.rsi,
+        2 => regs.rdx,
+        3 => regs.rcx,
+        4 => regs.r8,
+        5 => regs.r9,
+        _ => 0,
+    }
+}
+
+/// With `--follow-forks` the uprobes fire in every process that maps the object; only the
+/// traced ones (the `--pid`s and their descendants) go on.
+#[inline(always)]
+fn wanted(key: u64) -> bool {
+    CONFIG.get(config::FILTER_TRACED).copied().unwrap_or(0) == 0 || traced(key)
+}
+
+/// Whether phase `under - 1` is open on the thread (always true without `under`).
+#[inline(always)]
+fn inside(st: &ThreadStack, under: u32) -> bool {
+    if under == 0 {
+        return true;
+    }
+    let len = st.len as usize;
+    for i in 0..MAX_DEPTH {
+        if i >= len {
+            break;
+        }
+        if st.frames[slot(i)].phase == under - 1 {
+            return true;
+        }
+    }
+    false
 }
 
 #[inline(always)]
@@ -310,10 +365,14 @@ fn emit(ev: Event) -> bool {
     }
 }
 
-fn on_entry<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
-    let (phase, uretprobe) = phase_of(ctx)?;
+fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Result<(), ()> {
+    let site = site_of(ctx)?;
     let key = bpf_get_current_pid_tgid();
-    let pc = phase_counters(phase).ok_or(())?;
+    if !wanted(key) {
+        return Ok(());
+    }
+    let sp = regs.rsp;
+    let pc = phase_counters(site.phase).ok_or(())?;
     pc.entries += 1;
     // SAFETY: reads 8 bytes of the traced thread's stack; a fault just yields an error.
     let ret_addr = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
@@ -324,13 +383,25 @@ fn on_entry<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
     // A live ancestor's entry stack pointer is above ours; anything below was left without
     // its return.
     abandon_below(st, sp, Some(ret_addr));
-    push_frame(st, pc, key, phase, sp, ret_addr, uretprobe)
+    if !inside(st, site.under) {
+        pc.outside_under += 1;
+        if st.len == 0 {
+            let _ = STACKS.remove(&key);
+        }
+        return Ok(());
+    }
+    let arg = match site.arg {
+        ARG_NONE | ARG_RETVAL => 0,
+        n => int_arg(regs, n - 1),
+    };
+    push_frame(st, pc, key, site.phase, sp, ret_addr, site.uretprobe, arg)
 }
 
 /// Opens a frame for `phase` on the thread's stack. Kernel phases use `sp = 0`: no user
 /// stack pointer is ever below it, so the next uprobe on the thread treats a kernel frame left
 /// open (an exit we never saw) as abandoned.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn push_frame(
     st: &mut ThreadStack,
     pc: &mut PhaseCounters,
@@ -339,6 +410,7 @@ fn push_frame(
     sp: u64,
     ret_addr: u64,
     uretprobe: bool,
+    arg: u64,
 ) -> Result<(), ()> {
     let len = st.len as usize;
     if len >= MAX_DEPTH {
@@ -361,6 +433,7 @@ fn push_frame(
     frame.phase = phase;
     frame.ret_addr = ret_addr;
     frame.uretprobe = uretprobe as u32;
+    frame.arg = arg;
     // Last, so the bookkeeping above is not counted inside the phase.
     // SAFETY: plain helper call.
     frame.start_ns = unsafe { bpf_ktime_get_ns() };
@@ -368,16 +441,61 @@ fn push_frame(
     Ok(())
 }
 
-fn on_return<C: EbpfContext>(ctx: &C, sp: u64) -> Result<(), ()> {
+fn on_return<C: EbpfContext>(ctx: &C, sp: u64, retval: u64) -> Result<(), ()> {
     // First, so the bookkeeping below is not counted inside the phase.
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
-    let (phase, _) = phase_of(ctx)?;
+    let site = site_of(ctx)?;
     let key = bpf_get_current_pid_tgid();
-    let pc = phase_counters(phase).ok_or(())?;
+    if !wanted(key) {
+        return Ok(());
+    }
+    let pc = phase_counters(site.phase).ok_or(())?;
+    if site.under != 0 {
+        // A call outside its `under` phase was never pushed: its return is expected, not
+        // unmatched.
+        pc.returns += 1;
+        let Some(st) = STACKS.get_ptr_mut(&key) else {
+            return Ok(());
+        };
+        // SAFETY: a thread's stack is only touched by programs running on that thread.
+        let st = unsafe { &mut *st };
+        abandon_below(st, sp, None);
+        let len = st.len as usize;
+        if len == 0 || len > MAX_DEPTH {
+            return Ok(());
+        }
+        let top = &st.frames[slot(len - 1)];
+        if top.phase != site.phase || top.sp != sp {
+            return Ok(());
+        }
+        return close_call(st, pc, key, site, sp, now, retval);
+    }
     let st = returning_stack(pc, key)?;
     abandon_below(st, sp, None);
-    pop_frame(st, pc, key, phase, sp, now)
+    close_call(st, pc, key, site, sp, now, retval)
+}
+
+#[inline(always)]
+fn close_call(
+    st: &mut ThreadStack,
+    pc: &mut PhaseCounters,
+    key: u64,
+    site: Site,
+    sp: u64,
+    now: u64,
+    retval: u64,
+) -> Result<(), ()> {
+    if site.arg == ARG_RETVAL {
+        let len = st.len as usize;
+        if len > 0 && len <= MAX_DEPTH {
+            let top = &mut st.frames[slot(len - 1)];
+            if top.phase == site.phase && top.sp == sp {
+                top.arg = retval;
+            }
+        }
+    }
+    pop_frame(st, pc, key, site.phase, sp, now)
 }
 
 /// Counts a return of the phase and finds the thread's stack; a thread without one has no
@@ -443,6 +561,7 @@ fn pop_frame(
         depth: depth as u32,
         _pad: 0,
         off_ns: top.off_ns,
+        arg: top.arg,
     };
     if !emit(span) {
         count_lost(top.node);
@@ -454,9 +573,10 @@ fn pop_frame(
 // Kernel phases, CPU samples and off-CPU time. These programs fire system-wide (tracepoints,
 // per-CPU perf events), so each first checks that the current process is traced.
 
-/// Processes being traced (tgid -> 1), filled by userspace.
+/// Processes being traced (tgid -> 1), filled by userspace and, with `--follow-forks`, by
+/// `wprof_fork` for every child of a traced process.
 #[map]
-static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(4096, 0);
+static TRACED: HashMap<u32, u8> = HashMap::with_max_entries(16_384, 0);
 
 /// Tracepoints that open or close a kernel phase, keyed by the tracepoint's event type id.
 #[map]
@@ -573,7 +693,7 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         };
         // A kernel phase still open on top lost its exit (e.g. the exit tracepoint was missed).
         abandon_kernel_frames(st);
-        push_frame(st, pc, key, role.phase, 0, 0, false)
+        push_frame(st, pc, key, role.phase, 0, 0, false, 0)
     } else {
         let st = returning_stack(pc, key)?;
         pop_frame(st, pc, key, role.phase, 0, now)
@@ -595,6 +715,45 @@ fn abandon_kernel_frames(st: &mut ThreadStack) {
         count_abandoned(top.node);
         st.len = (len - 1) as u32;
     }
+}
+
+/// sched:sched_process_fork (`--follow-forks`): the child of a traced process is traced from
+/// its first instruction, since this runs in the parent before the child is ever scheduled.
+/// Threads come through here too; their tids are removed again when they exit.
+#[tracepoint]
+pub fn wprof_fork(ctx: TracePointContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    if !traced(key) {
+        return 0;
+    }
+    let off = CONFIG.get(config::FORK_CHILD_PID).copied().unwrap_or(20) as usize;
+    // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
+    let Ok(child) = (unsafe { ctx.read_at::<i32>(off & 0xff) }) else {
+        return 0;
+    };
+    let child = child as u32;
+    let one = 1u8;
+    let _ = TRACED.insert(&child, &one, BPF_ANY as u64);
+    let ev = Event {
+        kind: EventKind::Fork as u32,
+        pid: child,
+        tid: (key >> 32) as u32,
+        ..Event::default()
+    };
+    let _ = emit(ev);
+    0
+}
+
+/// sched:sched_process_exit (`--follow-forks`): forget an exited thread or process, so the
+/// `TRACED` set does not fill up with the tids of short-lived threads.
+#[tracepoint]
+pub fn wprof_exit(_ctx: TracePointContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    let tid = key as u32;
+    if tid != (key >> 32) as u32 && TRACED.get_ptr(&tid).is_some() {
+        let _ = TRACED.remove(&tid);
+    }
+    0
 }
 
 /// CPU sample (software cpu-clock, one perf event per CPU): the traced thread's stacks and the

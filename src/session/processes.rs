@@ -1,0 +1,155 @@
+//! Who the traced processes are: a label per pid (its command line, or the title a server
+//! gives its workers, e.g. `postgres: app db [local] INSERT`) and, with `--follow-forks`,
+//! which traced process forked it.
+//!
+//! Labels are read from /proc while the processes run (a backend may be gone by the end of
+//! the run) and refreshed, because a forked child only sets its title after the fork.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// How often the labels of live processes are read again.
+const REFRESH: Duration = Duration::from_millis(500);
+
+/// Labels and parents of the processes a run saw.
+#[derive(Debug, Default)]
+pub struct ProcessLabels {
+    labels: BTreeMap<u32, String>,
+    parents: BTreeMap<u32, u32>,
+    last: Option<Instant>,
+}
+
+impl ProcessLabels {
+    /// Starts with the processes traced from the beginning.
+    pub fn new(pids: &[u32]) -> ProcessLabels {
+        let mut l = ProcessLabels::default();
+        for &p in pids {
+            l.note(p);
+        }
+        l
+    }
+
+    /// Records forks seen so far ((child, parent) pairs). Thread creations come through the
+    /// same kernel event; they are recognised by a Tgid different from the pid and skipped.
+    pub fn forks(&mut self, forks: &[(u32, u32)]) {
+        for &(child, parent) in forks {
+            if self.parents.contains_key(&child) || is_thread(child) {
+                continue;
+            }
+            self.parents.insert(child, parent);
+            self.note(child);
+        }
+    }
+
+    /// Makes sure `pid` has a label and re-reads every live one at most every
+    /// [`REFRESH`].
+    pub fn refresh(&mut self, seen: impl IntoIterator<Item = u32>) {
+        for pid in seen {
+            if !self.labels.contains_key(&pid) {
+                self.note(pid);
+            }
+        }
+        if self.last.is_some_and(|t| t.elapsed() < REFRESH) {
+            return;
+        }
+        self.last = Some(Instant::now());
+        for (pid, label) in self.labels.iter_mut() {
+            if let Some(now) = read_label(*pid) {
+                *label = now;
+            }
+        }
+    }
+
+    fn note(&mut self, pid: u32) {
+        let label = read_label(pid).unwrap_or_else(|| "(exited)".to_string());
+        self.labels.insert(pid, label);
+    }
+
+    /// The last label read for `pid`.
+    pub fn label(&self, pid: u32) -> String {
+        self.labels
+            .get(&pid)
+            .cloned()
+            .or_else(|| read_label(pid))
+            .unwrap_or_else(|| "(exited)".to_string())
+    }
+
+    /// The traced process `pid` was forked from.
+    pub fn parent(&self, pid: u32) -> Option<u32> {
+        self.parents.get(&pid).copied()
+    }
+
+    /// Processes traced by following forks, by pid.
+    pub fn forked(&self) -> Vec<u32> {
+        self.parents.keys().copied().collect()
+    }
+}
+
+/// `/proc/PID/cmdline` with its NULs as spaces (a process title set by overwriting argv has
+/// one long first argument padded with NULs).
+fn read_label(pid: u32) -> Option<String> {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let text: String = String::from_utf8_lossy(&raw)
+        .split('\0')
+        .filter(|s| !s.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let text = text.trim().to_string();
+    if text.is_empty() {
+        // Kernel threads and zombies have no command line.
+        std::fs::read_to_string(format!("/proc/{pid}/comm"))
+            .ok()
+            .map(|c| format!("[{}]", c.trim()))
+    } else {
+        Some(text)
+    }
+}
+
+/// Whether `tid` is a thread of another process (its Tgid differs).
+fn is_thread(tid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Tgid:"))
+                .and_then(|v| v.trim().parse::<u32>().ok())
+        })
+        .is_some_and(|tgid| tgid != tid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_process_gets_its_command_line_and_its_threads_are_recognised() {
+        let me = std::process::id();
+        let l = ProcessLabels::new(&[me]);
+        assert!(!l.label(me).is_empty());
+        assert!(!is_thread(me));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tx.send(unsafe { libc::gettid() } as u32).unwrap();
+            let _ = done_rx.recv();
+        });
+        let tid = rx.recv().unwrap();
+        assert!(is_thread(tid), "thread {tid} of {me}");
+        let mut labels = ProcessLabels::new(&[me]);
+        labels.forks(&[(tid, me)]);
+        assert_eq!(
+            labels.forked(),
+            Vec::<u32>::new(),
+            "a thread is not a forked process"
+        );
+        done_tx.send(()).unwrap();
+        t.join().unwrap();
+    }
+
+    #[test]
+    fn a_gone_pid_is_labelled_exited() {
+        let l = ProcessLabels::new(&[u32::MAX - 1]);
+        assert_eq!(l.label(u32::MAX - 1), "(exited)");
+    }
+}
