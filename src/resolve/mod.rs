@@ -3,10 +3,15 @@
 //! In: a [`Profile`] and a [`Scope`]. Out: one [`ResolvedPhase`] per phase, holding for each
 //! matched function its object (a path wprof can open and attach to, through /proc/PID/root),
 //! mangled and demangled names, entry file offset, the cost class of the first instruction, and
-//! its exit sites (RET and tail-call JMP file offsets) for RET-site return detection.
+//! its exit sites (RET and tail-call JMP file offsets) for RET-site return detection. A
+//! stripped object's separate debug file (build id / .gnu_debuglink, [`debuginfo`]) adds its
+//! static functions; DWARF ([`inlined`]) tells when a probed function also has inlined copies
+//! the probe cannot see, which becomes a warning on the phase.
 
+pub mod debuginfo;
 pub mod demangle;
 pub mod disasm;
+pub mod inlined;
 pub mod kernel;
 pub mod libpath;
 pub mod matcher;
@@ -88,6 +93,9 @@ pub struct ResolvedSymbol {
     pub entry: Site,
     /// RET and tail-call JMP sites.
     pub exits: Vec<Site>,
+    /// The separate debug file that named this function (a static function of a stripped
+    /// object), as the target sees it; None when the object's own tables name it.
+    pub debuginfo: Option<String>,
 }
 
 /// Outcome of resolving one phase.
@@ -121,6 +129,9 @@ pub struct ResolvedPhase {
     pub return_mode: ReturnMode,
     /// Resolution outcome.
     pub status: Status,
+    /// Warnings to show the user once (e.g. inlined copies the probe cannot see), each a full
+    /// sentence starting with `phase 'NAME':`.
+    pub warnings: Vec<String>,
 }
 
 /// An object located and parsed, or why not.
@@ -134,6 +145,7 @@ type Loaded = Result<(objects::Located, Rc<symbols::ObjectSymbols>), String>;
 /// one's mappings and root.
 pub fn resolve_profile(profile: &Profile, scope: &Scope) -> anyhow::Result<Vec<ResolvedPhase>> {
     let target = objects::Target::new(scope)?;
+    let search = debuginfo::Search::from_env(target.root());
     let mut located: HashMap<String, Loaded> = HashMap::new();
     let mut parsed: HashMap<PathBuf, Result<Rc<symbols::ObjectSymbols>, String>> = HashMap::new();
     let mut out = Vec::with_capacity(profile.phases.len());
@@ -157,6 +169,7 @@ pub fn resolve_profile(profile: &Profile, scope: &Scope) -> anyhow::Result<Vec<R
                 kernel,
                 return_mode: ReturnMode::RetSites,
                 status,
+                warnings: Vec::new(),
             });
             continue;
         };
@@ -166,20 +179,93 @@ pub fn resolve_profile(profile: &Profile, scope: &Scope) -> anyhow::Result<Vec<R
             let syms = parsed
                 .entry(loc.host_path.clone())
                 .or_insert_with(|| {
-                    symbols::ObjectSymbols::load(&loc.host_path)
-                        .map(Rc::new)
-                        .map_err(|e| {
-                            // Name the object as the target sees it, not through /proc/PID/root.
-                            format!("{e:#}")
-                                .replace(&*loc.host_path.to_string_lossy(), &loc.target_path)
-                        })
+                    symbols::ObjectSymbols::load_with_debug(
+                        &loc.host_path,
+                        &loc.target_path,
+                        &search,
+                    )
+                    .map(Rc::new)
+                    .map_err(|e| {
+                        // Name the object as the target sees it, not through /proc/PID/root.
+                        format!("{e:#}")
+                            .replace(&*loc.host_path.to_string_lossy(), &loc.target_path)
+                    })
                 })
                 .clone()?;
             Ok((loc, syms))
         });
         out.push(resolve_symbol_phase(id, phase, pattern, loaded));
     }
+    let objects: Vec<Rc<symbols::ObjectSymbols>> = parsed.into_values().flatten().collect();
+    warn_inlined(&mut out, &objects);
     Ok(out)
+}
+
+/// How many holders of inlined copies a warning names.
+const HOLDERS_MAX: usize = 5;
+
+/// Adds to each resolved phase one warning naming the inlined copies of its functions (read
+/// from DWARF, one pass per object over the functions phases resolved to).
+fn warn_inlined(phases: &mut [ResolvedPhase], objects: &[Rc<symbols::ObjectSymbols>]) {
+    for syms in objects {
+        let mine = |t: &ResolvedSymbol| t.object == syms.path;
+        let mut addresses: Vec<u64> = phases
+            .iter()
+            .flat_map(|p| p.targets.iter())
+            .filter(|t| mine(t))
+            .map(|t| t.address)
+            .collect();
+        if addresses.is_empty() {
+            continue;
+        }
+        addresses.sort_unstable();
+        addresses.dedup();
+        let copies = inlined::inlined_copies(syms, &addresses);
+        for p in phases.iter_mut() {
+            let mut clauses = Vec::new();
+            for t in p.targets.iter().filter(|t| mine(t)) {
+                match &copies {
+                    Ok(c) => {
+                        if let Some(c) = c.get(&t.address) {
+                            clauses.push(inlined_clause(&t.demangled, c));
+                        }
+                    }
+                    Err(e) => clauses.push(format!(
+                        "cannot check {} for inlined copies the probe would miss: {e:#}",
+                        t.demangled
+                    )),
+                }
+            }
+            if !clauses.is_empty() {
+                p.warnings
+                    .push(format!("phase '{}': {}", p.phase.name, clauses.join("; ")));
+            }
+        }
+    }
+}
+
+/// `F also has N inlined copies (in A, B) that the probe cannot see: ...`.
+fn inlined_clause(function: &str, c: &inlined::InlinedCopies) -> String {
+    let mut holders = c
+        .callers
+        .iter()
+        .take(HOLDERS_MAX)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if c.callers.len() > HOLDERS_MAX {
+        holders.push_str(&format!(" and {} more", c.callers.len() - HOLDERS_MAX));
+    }
+    let (copies, them) = if c.count == 1 {
+        ("inlined copy", "it")
+    } else {
+        ("inlined copies", "them")
+    };
+    format!(
+        "{function} also has {} {copies} (in {holders}) that the probe cannot see: calls \
+         through {them} are not counted",
+        c.count
+    )
 }
 
 /// The phase's own return mode, or `auto_mode` when it says `auto`.
@@ -212,6 +298,7 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
         kernel: None,
         return_mode: guessed(is_go),
         status: Status::Unresolved { reason, nearest },
+        warnings: Vec::new(),
     };
     let (loc, syms) = match loaded {
         Ok(l) => l,
@@ -222,10 +309,7 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
         Ok(m) => m,
         Err(matcher::MatchError::NoMatch { nearest }) => {
             let why = suggest::explain_missing(syms, pattern)
-                .or_else(|| {
-                    (!syms.has_symtab)
-                        .then(|| "it has no .symtab: only exported functions are visible".into())
-                })
+                .or_else(|| missing_hint(syms))
                 .map(|w| format!(" ({w})"))
                 .unwrap_or_default();
             return unresolved(
@@ -295,6 +379,11 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
             language: f.language,
             entry,
             exits,
+            debuginfo: if f.from_debuginfo {
+                syms.debug_file.clone()
+            } else {
+                None
+            },
         });
     }
     ResolvedPhase {
@@ -304,6 +393,30 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
         kernel: None,
         return_mode,
         status: Status::Resolved,
+        warnings: Vec::new(),
+    }
+}
+
+/// Why a name may be missing from `syms` beyond a typo: a stripped object without its debug
+/// file (say how to get one, and which debug files were rejected), or the debug file that was
+/// searched too.
+fn missing_hint(syms: &symbols::ObjectSymbols) -> Option<String> {
+    let notes = syms.debug_notes.iter().map(|n| format!("; {n}"));
+    match (&syms.debug_file, syms.has_symtab) {
+        (Some(dbg), _) => Some(format!("its debug file {dbg} was searched too")),
+        (None, false) => Some(format!(
+            "the object is stripped: only exported functions are visible; install its debug \
+             symbols (e.g. postgresql-15-dbgsym) or set {}{}",
+            debuginfo::ENV,
+            notes.collect::<String>()
+        )),
+        (None, true) if !syms.debug_notes.is_empty() => Some(
+            notes
+                .collect::<String>()
+                .trim_start_matches("; ")
+                .to_string(),
+        ),
+        (None, true) => None,
     }
 }
 

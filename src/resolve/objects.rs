@@ -138,6 +138,11 @@ impl Target {
         })
     }
 
+    /// The root the target's paths are resolved under (`/proc/PID/root`, or `/`).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// The main executable.
     pub fn exe(&self) -> &Located {
         &self.exe

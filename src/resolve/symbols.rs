@@ -6,15 +6,21 @@
 //! versions stripped, hidden ones kept as `name@VERSION`), each with its size, file offset (through its PT_LOAD segment), demangled names and
 //! language; the compiler fragments (`.cold`, `.part.N`, `.isra`...) kept apart, never as
 //! functions; the GNU build id; whether it is a Go binary; and the file bytes for disassembly.
+//! With [`ObjectSymbols::load_with_debug`], the .symtab of the object's separate debug file
+//! (found by [`debuginfo::Search`]) is folded in too: its static functions become visible, with
+//! the same virtual addresses and file offsets taken from the object's own PT_LOAD segments
+//! (the debug file has no code: its .text is NOBITS).
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use object::elf;
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym};
+use object::elf::FileHeader64;
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym, SymbolTable, VersionTable};
 use object::{Endianness, FileKind, Object};
 
+use super::debuginfo;
 use super::demangle::{demangle, language_of};
 use super::Language;
 
@@ -52,6 +58,8 @@ pub struct Function {
     pub file_offset: u64,
     /// Language of the preferred name.
     pub language: Language,
+    /// Every name came from the separate debug file (a static function of a stripped object).
+    pub from_debuginfo: bool,
 }
 
 /// A compiler fragment or clone (`foo.cold`, `foo.part.0`, `foo.isra.0`...).
@@ -86,7 +94,12 @@ pub struct ObjectSymbols {
     pub fragments: Vec<Fragment>,
     /// Names of GNU indirect functions (the symbol is the resolver, not the function).
     pub ifuncs: Vec<String>,
+    /// The separate debug file whose .symtab was folded in, as the target sees it.
+    pub debug_file: Option<String>,
+    /// Debug files that were found but rejected, and why (see [`debuginfo::Lookup`]).
+    pub debug_notes: Vec<String>,
     data: Vec<u8>,
+    debug_data: Option<Vec<u8>>,
 }
 
 /// A symbol before aliases are folded.
@@ -95,7 +108,27 @@ struct Raw {
     versioned: bool,
     dynamic: bool,
     global: bool,
+    from_debug: bool,
     size: u64,
+}
+
+/// Finds an object's debug file, given its build id and debuglink.
+type FindDebug<'a> = dyn Fn(Option<&[u8]>, Option<&debuginfo::Link>) -> debuginfo::Lookup + 'a;
+
+/// Symbols gathered from the tables, before aliases are folded.
+#[derive(Default)]
+struct Gathered {
+    by_addr: BTreeMap<u64, Vec<Raw>>,
+    fragments: Vec<Fragment>,
+    ifuncs: HashSet<String>,
+}
+
+/// How one symbol table is read.
+struct TableSource<'a, 'd> {
+    table: &'a SymbolTable<'d, FileHeader64<Endianness>>,
+    versions: Option<&'a VersionTable<'d, FileHeader64<Endianness>>>,
+    dynamic: bool,
+    from_debug: bool,
 }
 
 impl ObjectSymbols {
@@ -106,8 +139,32 @@ impl ObjectSymbols {
         ObjectSymbols::parse(path, data)
     }
 
+    /// Reads and parses `path` (seen by the target as `target_path`), and folds in the .symtab
+    /// of its separate debug file if `search` finds one that matches.
+    pub fn load_with_debug(
+        path: &Path,
+        target_path: &str,
+        search: &debuginfo::Search,
+    ) -> anyhow::Result<ObjectSymbols> {
+        let data =
+            std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        ObjectSymbols::parse_with(path, data, &|build_id, link| {
+            search.find(path, target_path, build_id, link)
+        })
+    }
+
     /// Parses an object already read; `path` names it in errors.
     pub fn parse(path: &Path, data: Vec<u8>) -> anyhow::Result<ObjectSymbols> {
+        ObjectSymbols::parse_with(path, data, &|_, _| debuginfo::Lookup::default())
+    }
+
+    /// Parses an object already read, asking `find_debug` (given its build id and debuglink)
+    /// for its separate debug file.
+    fn parse_with(
+        path: &Path,
+        data: Vec<u8>,
+        find_debug: &FindDebug<'_>,
+    ) -> anyhow::Result<ObjectSymbols> {
         let shown = path.display();
         match FileKind::parse(&*data) {
             Ok(FileKind::Elf64) => {}
@@ -132,8 +189,8 @@ impl ObjectSymbols {
         let is_go = elf.section_by_name(".note.go.buildid").is_some()
             || elf.section_by_name(".go.buildinfo").is_some();
         let has_symtab = !elf.elf_symbol_table().is_empty();
-        let build_id = elf.build_id().ok().flatten();
-        let build_id = build_id.map(|b| b.iter().map(|x| format!("{x:02x}")).collect());
+        let build_id_bytes = elf.build_id().ok().flatten();
+        let build_id = build_id_bytes.map(debuginfo::hex);
         // (vaddr, filesz, offset) of the PT_LOAD segments.
         let loads: Vec<(u64, u64, u64)> = elf
             .elf_program_headers()
@@ -148,98 +205,61 @@ impl ObjectSymbols {
                 .map(|(va, _, off)| addr - va + off)
         };
 
-        let mut by_addr: BTreeMap<u64, Vec<Raw>> = BTreeMap::new();
-        let mut fragments = Vec::new();
-        let mut ifuncs = HashSet::new();
+        let mut gathered = Gathered::default();
         let versions = elf
             .elf_section_table()
             .versions(endian, &*data)
             .ok()
             .flatten();
-        let tables = [
+        for (table, dynamic) in [
             (elf.elf_symbol_table(), false),
             (elf.elf_dynamic_symbol_table(), true),
-        ];
-        for (table, dynamic) in tables {
-            for (index, sym) in table.enumerate() {
-                let kind = sym.st_type();
-                if (kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC)
-                    || sym.st_shndx(endian) == elf::SHN_UNDEF
-                    || sym.st_value(endian) == 0
-                {
-                    continue;
+        ] {
+            let source = TableSource {
+                table,
+                versions: versions.as_ref(),
+                dynamic,
+                from_debug: false,
+            };
+            gather(&source, endian, is_go, &file_offset, &mut gathered);
+        }
+        let lookup = find_debug(build_id_bytes, debuginfo::debuglink(&elf).as_ref());
+        let mut debug_notes = lookup.notes;
+        let mut debug_file = None;
+        let mut debug_data = None;
+        if let Some(found) = lookup.file {
+            match ElfFile64::<Endianness>::parse(&*found.data) {
+                Ok(dbg) if dbg.endian() == endian => {
+                    let source = TableSource {
+                        table: dbg.elf_symbol_table(),
+                        versions: None,
+                        dynamic: false,
+                        from_debug: true,
+                    };
+                    gather(&source, endian, is_go, &file_offset, &mut gathered);
+                    debug_file = Some(found.shown);
+                    debug_data = Some(found.data);
                 }
-                let Ok(raw_name) = table.symbol_name(endian, sym) else {
-                    continue;
-                };
-                let raw_name = String::from_utf8_lossy(raw_name);
-                // A hidden (non-default) version in .dynsym: a compat symbol new code does not
-                // bind to; it keeps its `@VERSION` so that the plain name means the default one.
-                let hidden = match (&versions, dynamic) {
-                    (Some(v), true) => {
-                        let vi = v.version_index(endian, index);
-                        let vname = v
-                            .version(vi)
-                            .ok()
-                            .flatten()
-                            .map(|v| String::from_utf8_lossy(v.name()));
-                        vi.is_hidden()
-                            .then_some(vname)
-                            .flatten()
-                            .map(|v| format!("@{v}"))
-                    }
-                    _ => None,
-                };
-                let (name, versioned) = match (raw_name.split_once("@@"), raw_name.contains('@')) {
-                    (Some((n, _)), _) => (n.to_string(), true),
-                    (None, true) => (raw_name.to_string(), true),
-                    (None, false) => match hidden {
-                        Some(v) => (format!("{raw_name}{v}"), true),
-                        None => (raw_name.to_string(), false),
-                    },
-                };
-                if name.is_empty() {
-                    continue;
-                }
-                if kind == elf::STT_GNU_IFUNC {
-                    ifuncs.insert(name);
-                    continue;
-                }
-                let address = sym.st_value(endian);
-                let Some(offset) = file_offset(address) else {
-                    continue;
-                };
-                let size = sym.st_size(endian);
-                if !is_go {
-                    if let Some(base) = fragment_base(&name) {
-                        let base = base.to_string();
-                        fragments.push(Fragment {
-                            base,
-                            name,
-                            address,
-                            size,
-                            file_offset: offset,
-                        });
-                        continue;
-                    }
-                }
-                let global = sym.st_bind() != elf::STB_LOCAL;
-                by_addr.entry(address).or_default().push(Raw {
-                    name,
-                    versioned,
-                    dynamic,
-                    global,
-                    size,
-                });
+                _ => debug_notes.push(format!(
+                    "ignored debug file {}: not a 64-bit ELF object like {shown}",
+                    found.shown
+                )),
             }
         }
+        let Gathered {
+            by_addr,
+            mut fragments,
+            ifuncs,
+        } = gathered;
 
         let mut functions = Vec::with_capacity(by_addr.len());
         for (address, mut raws) in by_addr {
+            let from_debuginfo = raws.iter().all(|r| r.from_debug);
             raws.sort_by_key(|r| {
                 let underscores = r.name.bytes().take_while(|b| *b == b'_').count();
                 (
                     !r.dynamic,
+                    r.from_debug,
                     !r.global,
                     r.versioned,
                     underscores,
@@ -265,6 +285,7 @@ impl ObjectSymbols {
                 size,
                 file_offset,
                 language,
+                from_debuginfo,
             });
         }
         fragments.sort_by(|a, b| (a.address, &a.name).cmp(&(b.address, &b.name)));
@@ -279,8 +300,21 @@ impl ObjectSymbols {
             functions,
             fragments,
             ifuncs,
+            debug_file,
+            debug_notes,
             data,
+            debug_data,
         })
+    }
+
+    /// The whole object file.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// The whole separate debug file, if one was folded in.
+    pub fn debug_data(&self) -> Option<&[u8]> {
+        self.debug_data.as_deref()
     }
 
     /// `len` bytes of the file from `file_offset`, if the file holds them all.
@@ -299,6 +333,90 @@ impl ObjectSymbols {
             fr.name[fr.base.len()..].starts_with(".cold")
                 && f.names.iter().any(|n| n.mangled == fr.base)
         })
+    }
+}
+
+/// Adds the defined functions of one symbol table to `acc`; `file_offset` maps a virtual
+/// address to its offset in the object through the object's PT_LOAD segments.
+fn gather(
+    source: &TableSource<'_, '_>,
+    endian: Endianness,
+    is_go: bool,
+    file_offset: &dyn Fn(u64) -> Option<u64>,
+    acc: &mut Gathered,
+) {
+    let table = source.table;
+    for (index, sym) in table.enumerate() {
+        let kind = sym.st_type();
+        if (kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC)
+            || sym.st_shndx(endian) == elf::SHN_UNDEF
+            || sym.st_value(endian) == 0
+        {
+            continue;
+        }
+        let Ok(raw_name) = table.symbol_name(endian, sym) else {
+            continue;
+        };
+        let raw_name = String::from_utf8_lossy(raw_name);
+        // A hidden (non-default) version in .dynsym: a compat symbol new code does not
+        // bind to; it keeps its `@VERSION` so that the plain name means the default one.
+        let hidden = match (source.versions, source.dynamic) {
+            (Some(v), true) => {
+                let vi = v.version_index(endian, index);
+                let vname = v
+                    .version(vi)
+                    .ok()
+                    .flatten()
+                    .map(|v| String::from_utf8_lossy(v.name()));
+                vi.is_hidden()
+                    .then_some(vname)
+                    .flatten()
+                    .map(|v| format!("@{v}"))
+            }
+            _ => None,
+        };
+        let (name, versioned) = match (raw_name.split_once("@@"), raw_name.contains('@')) {
+            (Some((n, _)), _) => (n.to_string(), true),
+            (None, true) => (raw_name.to_string(), true),
+            (None, false) => match hidden {
+                Some(v) => (format!("{raw_name}{v}"), true),
+                None => (raw_name.to_string(), false),
+            },
+        };
+        if name.is_empty() {
+            continue;
+        }
+        if kind == elf::STT_GNU_IFUNC {
+            acc.ifuncs.insert(name);
+            continue;
+        }
+        let address = sym.st_value(endian);
+        let Some(offset) = file_offset(address) else {
+            continue;
+        };
+        let size = sym.st_size(endian);
+        if !is_go {
+            if let Some(base) = fragment_base(&name) {
+                let base = base.to_string();
+                acc.fragments.push(Fragment {
+                    base,
+                    name,
+                    address,
+                    size,
+                    file_offset: offset,
+                });
+                continue;
+            }
+        }
+        let global = sym.st_bind() != elf::STB_LOCAL;
+        acc.by_addr.entry(address).or_default().push(Raw {
+            name,
+            versioned,
+            dynamic: source.dynamic,
+            global,
+            from_debug: source.from_debug,
+            size,
+        });
     }
 }
 

@@ -116,3 +116,61 @@ pub(crate) const CXX_SRC: &str = r#"
     extern "C" int XLogPaxInsert(int x) { return x * 2; }
     extern "C" int XLogPaxAlias(int x) __attribute__((alias("XLogPaxInsert")));
 "#;
+
+/// A program with a static noinline function (`store`), and a static one (`mix`) inlined into
+/// `inl_a` and `inl_b` and also called out of line through a pointer from `outline`.
+pub(crate) const SPLIT_SRC: &str = r#"
+    static volatile unsigned long sink;
+    static unsigned long mix(unsigned long x) { x ^= x >> 13; x *= 0x9e3779b97f4a7c15UL; return x ^ (x >> 29); }
+    static unsigned long (*volatile mix_ptr)(unsigned long) = mix;
+    static __attribute__((noinline, noclone)) unsigned long inl_a(unsigned long x) { return mix(x) + 1; }
+    static __attribute__((noinline, noclone)) unsigned long inl_b(unsigned long x) { return mix(x ^ 7) + 3; }
+    static __attribute__((noinline, noclone)) unsigned long outline(unsigned long x) { return mix_ptr(x) + 2; }
+    static __attribute__((noinline, noclone)) void store(unsigned long k, unsigned long v) { sink = k * 31 + v; }
+    int main(int argc, char **argv) {
+        (void)argv;
+        for (unsigned long i = 0; i < (unsigned long)argc; i++) store(i, inl_a(i) + inl_b(i) + outline(i));
+        return 0;
+    }
+"#;
+
+/// Runs a command, asserting success.
+pub(crate) fn run(cmd: &mut Command) {
+    let st = cmd.status().unwrap();
+    assert!(st.success(), "{cmd:?} failed");
+}
+
+/// The split-debug layout of [`SPLIT_SRC`] built as `dir/name` with `-O2 -g`: returns
+/// (the unstripped build, the stripped object with a `.gnu_debuglink`, its debug file
+/// `dir/name.debug` with zlib-compressed DWARF).
+pub(crate) fn split_debug(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let full = build(
+        dir,
+        &format!("{name}-full"),
+        SPLIT_SRC,
+        false,
+        &["-O2", "-g", "-Wl,--build-id=sha1"],
+    );
+    let debug = dir.join(format!("{name}.debug"));
+    let stripped = dir.join(name);
+    run(Command::new("objcopy")
+        .args(["--only-keep-debug", "--compress-debug-sections=zlib"])
+        .arg(&full)
+        .arg(&debug));
+    run(Command::new("objcopy")
+        .arg("--strip-all")
+        .arg(format!("--add-gnu-debuglink={}", debug.display()))
+        .arg(&full)
+        .arg(&stripped));
+    (full, stripped, debug)
+}
+
+/// The GNU build id of `obj`, hex, as readelf prints it.
+pub(crate) fn build_id(obj: &Path) -> String {
+    let out = Command::new("readelf").arg("-n").arg(obj).output().unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .unwrap_or_else(|| panic!("no build id in {}", obj.display()))
+}
