@@ -16,6 +16,9 @@ pub struct ProcessRun {
     pub label: String,
     /// The traced process it was forked from (`--follow-forks`), None for a `--pid` target.
     pub parent: Option<u32>,
+    /// The parent's label (e.g. a postmaster's command line, which names its data directory:
+    /// tells the segments of a multi-server host apart).
+    pub parent_label: Option<String>,
     /// Its own tree.
     pub tree: PhaseTree,
 }

@@ -371,9 +371,69 @@ fn follow_forks_traces_backends_started_after_the_attach_each_in_its_own_tree() 
         "{tree}"
     );
     assert!(
-        tree.contains(&format!("(forked by {postmaster})")),
+        tree.contains(&format!("(forked by {postmaster}: ")),
         "{tree}"
     );
+}
+
+#[test]
+fn several_postmasters_at_once_each_backend_labelled_with_its_server() {
+    if !bpf_available() || !pg::available() {
+        return;
+    }
+    let _g = bpf_lock();
+    // Two servers on one host, as a Cloudberry host runs one postmaster per segment.
+    let seg = [Pg::start(), Pg::start()];
+    for pg in &seg {
+        pg.psql("CREATE TABLE s (id int);");
+    }
+    let pms: Vec<String> = seg
+        .iter()
+        .map(|pg| pg.postmaster_pid().to_string())
+        .collect();
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let w = Attach::start(
+        &[
+            "--target",
+            "postgres",
+            "--pid",
+            &pms[0],
+            "--pid",
+            &pms[1],
+            "--follow-forks",
+            "--per-pid",
+        ],
+        &json,
+    );
+    let mut sessions: Vec<_> = seg.iter().map(Pg::session).collect();
+    for (k, s) in sessions.iter_mut().enumerate() {
+        for i in 0..(5 + 5 * k) {
+            s.ok(&format!("INSERT INTO s VALUES ({i});"));
+        }
+    }
+    let (tree, _) = w.stop();
+    let run = read_json(&json);
+    let procs = run["processes"].as_array().expect("processes");
+    for (k, s) in sessions.iter().enumerate() {
+        let p = procs
+            .iter()
+            .find(|p| p["pid"] == s.backend_pid)
+            .unwrap_or_else(|| panic!("no tree for backend {}: {tree}", s.backend_pid));
+        assert_eq!(p["parent"].to_string(), pms[k], "{p}");
+        let data_dir = seg[k].dir().display().to_string();
+        assert!(
+            p["parent_label"].as_str().unwrap_or("").contains(&data_dir),
+            "the parent's label names its data directory {data_dir}: {}",
+            p["parent_label"]
+        );
+        let one = serde_json::json!({ "tree": p["tree"] });
+        assert_eq!(
+            count(&one, &["executor_run", "heap_insert"]),
+            5 + 5 * k as u64
+        );
+    }
+    assert_eq!(count(&run, &["executor_run", "heap_insert"]), 15);
 }
 
 #[test]

@@ -39,6 +39,7 @@ pub fn to_json(run: &Run) -> serde_json::Value {
                 pid: p.pid,
                 label: p.label.clone(),
                 parent: p.parent,
+                parent_label: p.parent_label.clone(),
                 tree: TreeJ::from(&p.tree),
             })
             .collect(),
@@ -83,6 +84,7 @@ pub fn from_json(text: &str) -> Result<Run> {
             pid: p.pid,
             label: p.label,
             parent: p.parent,
+            parent_label: p.parent_label,
             tree: p
                 .tree
                 .into_tree()
@@ -134,6 +136,8 @@ struct ProcessJ {
     pid: u32,
     label: String,
     parent: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    parent_label: Option<String>,
     tree: TreeJ,
 }
 

@@ -56,10 +56,11 @@ pub fn render_tree(run: &Run, opts: &TextOptions) -> String {
     // A run recorded with --per-pid shows one tree per process.
     if !run.processes.is_empty() {
         for p in &run.processes {
-            let forked = p
-                .parent
-                .map(|q| format!("  (forked by {q})"))
-                .unwrap_or_default();
+            let forked = match (p.parent, &p.parent_label) {
+                (Some(q), Some(l)) => format!("  (forked by {q}: {l})"),
+                (Some(q), None) => format!("  (forked by {q})"),
+                _ => String::new(),
+            };
             let mut head = vec![Row::Note {
                 label: format!("── pid {}: {}{forked}", p.pid, p.label),
                 warn: false,

@@ -51,6 +51,9 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         tracer.follow_forks()?;
     }
     let summary = tracer.attach(&phases, &a.pid, a.follow_forks)?;
+    if a.follow_forks {
+        warn_untraced_mappers(&phases, &a.pid);
+    }
     let kernel = attach_kernel_side(&mut tracer, &phases, &a.pid, &a.trace)?;
     // A process that died during attach may have accepted no probe or a useless one.
     if let Some(gone) = a.pid.iter().find(|&&p| !process_alive(p)) {
@@ -123,6 +126,30 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     run.provenance.command = Some(r.command.clone());
     write_outputs(&run, &r.outputs, r.trace.quiet)?;
     Ok(status)
+}
+
+/// Under `--follow-forks` the probes sit on the objects for every process: say which
+/// untraced processes map them and so pay a probe hit per probed call while wprof runs.
+fn warn_untraced_mappers(phases: &[ResolvedPhase], traced: &[u32]) {
+    let mut objects: Vec<String> = phases
+        .iter()
+        .flat_map(|p| p.targets.iter().map(|t| t.display_object.clone()))
+        .collect();
+    objects.sort();
+    objects.dedup();
+    let others = processes::others_mapping(&objects, traced);
+    if others.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = others.iter().take(8).map(|p| p.to_string()).collect();
+    let more = if others.len() > 8 { ", ..." } else { "" };
+    eprintln!(
+        "wprof: note: --follow-forks probes {} for every process; {} untraced process(es) map it \
+         and pay ~1-12 µs per call of a probed function while wprof runs (pid {}{more})",
+        objects.join(", "),
+        others.len(),
+        shown.join(", ")
+    );
 }
 
 /// Test hook: `WPROF_TEST_PAUSE_BEFORE_ATTACH_MS` holds attach back so the tests can make a
@@ -339,6 +366,7 @@ fn build_run(
             pid: p.pid,
             label: labels.label(p.pid),
             parent: labels.parent(p.pid),
+            parent_label: labels.parent(p.pid).map(|q| labels.label(q)),
             tree: p.tree,
         })
         .collect();

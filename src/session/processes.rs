@@ -117,6 +117,29 @@ fn is_thread(tid: u32) -> bool {
         .is_some_and(|tgid| tgid != tid)
 }
 
+/// Processes other than `traced` that map one of `objects` (paths as /proc/PID/maps shows
+/// them): under `--follow-forks` each of them takes a probe hit per call of a probed function.
+pub fn others_mapping(objects: &[String], traced: &[u32]) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut out: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| !traced.contains(pid))
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
+                maps.lines().any(|l| {
+                    l.split_whitespace()
+                        .nth(5)
+                        .is_some_and(|path| objects.iter().any(|o| o == path))
+                })
+            })
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +168,32 @@ mod tests {
         );
         done_tx.send(()).unwrap();
         t.join().unwrap();
+    }
+
+    #[test]
+    fn other_processes_mapping_an_object_are_found() {
+        let sleep = std::fs::canonicalize("/bin/sleep").unwrap();
+        let sleep = sleep.to_string_lossy().into_owned();
+        let mut child = std::process::Command::new(&sleep)
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        // Its maps show the executable once exec is done.
+        let mut found = Vec::new();
+        for _ in 0..100 {
+            found = others_mapping(std::slice::from_ref(&sleep), &[]);
+            if found.contains(&pid) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let excluded = others_mapping(std::slice::from_ref(&sleep), &[pid]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.contains(&pid), "{pid} not in {found:?}");
+        assert!(!excluded.contains(&pid));
+        assert!(others_mapping(&["/no/such/object".into()], &[]).is_empty());
     }
 
     #[test]

@@ -75,7 +75,9 @@ impl Pg {
             .tempdir()
             .expect("temp dir");
         must(
-            Command::new("chown").arg("postgres:postgres").arg(dir.path()),
+            Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(dir.path()),
             "chown the cluster dir",
         );
         let pg = Pg {
@@ -84,7 +86,9 @@ impl Pg {
         };
         std::fs::create_dir_all(pg.sock()).expect("socket dir");
         must(
-            Command::new("chown").arg("postgres:postgres").arg(pg.sock()),
+            Command::new("chown")
+                .arg("postgres:postgres")
+                .arg(pg.sock()),
             "chown the socket dir",
         );
         must(
@@ -158,7 +162,14 @@ impl Pg {
         let mut c = Command::new(Path::new(PG_BIN).join("psql"));
         c.args(["-X", "-q", "-A", "-t", "-h"])
             .arg(self.sock())
-            .args(["-p", &self.port.to_string(), "-U", "postgres", "-d", "postgres"]);
+            .args([
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                "postgres",
+                "-d",
+                "postgres",
+            ]);
         c
     }
 
