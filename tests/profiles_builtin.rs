@@ -1,0 +1,191 @@
+//! The built-in attach profiles: every one parses, and the engine profiles (pax, ao, aoco)
+//! say what they need and line up by role. No BPF needed: `wprof probes` only resolves.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::*;
+use wprof::profile::{Profile, BUILTIN};
+
+#[test]
+fn every_builtin_profile_parses_and_is_listed() {
+    let out = common::run(wprof().arg("targets"));
+    assert!(out.status.success(), "{}", text(&out));
+    let listed = String::from_utf8_lossy(&out.stdout);
+    for (name, text) in BUILTIN {
+        let p = Profile::parse(text, &format!("builtin:{name}"))
+            .unwrap_or_else(|e| panic!("built-in profile {name}: {e}"));
+        assert_eq!(&p.name, name);
+        assert!(!p.phases.is_empty(), "{name}: no phases");
+        assert!(!p.description.is_empty(), "{name}: no description");
+        assert!(
+            listed
+                .lines()
+                .any(|l| l.split_whitespace().next() == Some(*name)),
+            "`wprof targets` does not list {name}:\n{listed}"
+        );
+    }
+}
+
+fn load(name: &str) -> Profile {
+    Profile::load(name).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+fn roles(p: &Profile) -> BTreeSet<String> {
+    p.phases.iter().filter_map(|ph| ph.role.clone()).collect()
+}
+
+#[test]
+fn pax_profile_uses_pax_so_names() {
+    let p = load("pax");
+    assert_eq!(p.object, "pax.so");
+    let sym = |name: &str| {
+        p.phases
+            .iter()
+            .find(|ph| ph.name == name)
+            .unwrap_or_else(|| panic!("no phase {name}"))
+            .symbol
+            .clone()
+            .unwrap_or_default()
+    };
+    // The exact mangled names of Cloudberry's pax.so (facts.md).
+    assert_eq!(
+        sym("tuple_insert"),
+        "_ZN3pax17CCPaxAccessMethod11TupleInsertEP12RelationDataP14TupleTableSlotjiP19BulkInsertStateData"
+    );
+    assert_eq!(
+        sym("aux_insert"),
+        "_ZN4cbdb31InsertMicroPartitionPlaceHolderEji"
+    );
+    assert_eq!(sym("xlog_pax_insert"), "XLogPaxInsert");
+    assert!(
+        p.phases.iter().all(|ph| ph.role.is_some()),
+        "a pax phase without a role"
+    );
+    let fdatasync = p
+        .phases
+        .iter()
+        .find(|ph| ph.name == "fdatasync")
+        .expect("fdatasync");
+    assert_eq!(fdatasync.syscall.as_deref(), Some("fdatasync"));
+    assert_eq!(fdatasync.role.as_deref(), Some("io"));
+}
+
+#[test]
+fn ao_and_aoco_share_pax_roles_and_say_they_need_cloudberry() {
+    let pax = roles(&load("pax"));
+    for name in ["ao", "aoco"] {
+        let p = load(name);
+        assert_eq!(p.object, "exe", "{name}");
+        assert!(
+            p.description.contains("Cloudberry") && p.description.contains("stock PostgreSQL"),
+            "{name}: {}",
+            p.description
+        );
+        let r = roles(&p);
+        for role in [
+            "insert", "file", "metadata", "encode", "compress", "wal", "io", "commit",
+        ] {
+            assert!(
+                r.contains(role) && pax.contains(role),
+                "{name}/pax: role {role}"
+            );
+        }
+        let required: BTreeSet<&str> = p
+            .phases
+            .iter()
+            .filter(|ph| !ph.optional)
+            .filter_map(|ph| ph.symbol.as_deref())
+            .collect();
+        assert!(required.contains("xlog_ao_insert"), "{name}: {required:?}");
+    }
+}
+
+/// Every pax.so phase of the profile has a ground-truth clock in the fixture (its names are
+/// the profile's), so tests/pax_fixture.rs can compare them one to one.
+#[test]
+fn pax_fixture_times_every_pax_so_phase() {
+    let src = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pax/pax.cc"),
+    )
+    .expect("read pax.cc");
+    let start = src.find("kClockNames[kClocks] = {").expect("kClockNames");
+    let end = start + src[start..].find("};").expect("end of kClockNames");
+    let clocks: BTreeSet<&str> = src[start..end].split('"').skip(1).step_by(2).collect();
+    let p = load("pax");
+    for ph in &p.phases {
+        let in_server = ph.object.as_deref() == Some("exe");
+        assert!(
+            in_server || clocks.contains(ph.name.as_str()),
+            "phase {} has no clock in the fixture ({clocks:?})",
+            ph.name
+        );
+    }
+}
+
+#[test]
+fn pax_profile_resolves_in_the_fixture() {
+    let out = common::run(
+        wprof()
+            .args(["probes", "--target", "pax", "--binary"])
+            .arg(fixture("pax-driver")),
+    );
+    // The server-side phases are optional and absent from the fixture: exit 0.
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for phase in [
+        "tuple_insert",
+        "aux_insert",
+        "aux_update_exec",
+        "write_file_footer",
+        "compress",
+    ] {
+        let line = stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(phase))
+            .unwrap_or_else(|| panic!("no row for {phase}:\n{stdout}"));
+        assert!(
+            line.contains("pax.so") && line.contains("ret-sites") && line.ends_with("resolved"),
+            "{line}"
+        );
+    }
+    let pb = stdout
+        .lines()
+        .find(|l| l.starts_with("protobuf_serialize"))
+        .expect("protobuf_serialize row");
+    assert!(
+        pb.contains("libprotobuf") && pb.ends_with("resolved"),
+        "{pb}"
+    );
+}
+
+#[test]
+fn aoco_against_stock_postgres_is_exit_4_naming_the_missing_functions() {
+    let postgres = std::path::Path::new("/usr/lib/postgresql/15/bin/postgres");
+    if !wprof::testing::require(postgres.exists(), "PostgreSQL 15 (apt postgresql-15)") {
+        return;
+    }
+    for (target, missing) in [
+        ("aoco", ["aocs_insert_values", "xlog_ao_insert"]),
+        ("ao", ["appendonly_insert", "xlog_ao_insert"]),
+    ] {
+        let out = common::run(
+            wprof()
+                .args(["probes", "--target", target, "--binary"])
+                .arg(postgres),
+        );
+        assert_eq!(out.status.code(), Some(4), "{target}: {}", text(&out));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        for m in missing {
+            assert!(stderr.contains(m), "{target}: {m} not named:\n{stderr}");
+        }
+        // The shared server phases do resolve in stock PostgreSQL.
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let heap = stdout
+            .lines()
+            .find(|l| l.starts_with("heap_insert"))
+            .expect("heap_insert row");
+        assert!(heap.ends_with("resolved"), "{heap}");
+    }
+}
