@@ -555,6 +555,71 @@ fn a_run_ends_cleanly_when_the_backend_exits_or_the_server_restarts() {
 }
 
 #[test]
+fn an_extension_loaded_after_the_attach_is_traced_from_its_first_call() {
+    if !bpf_available() || !pg::available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let pg = Pg::start();
+    let mut s = pg.session();
+    s.ok("CREATE TABLE x (id int);");
+    let backend = s.backend_pid;
+    let maps = || std::fs::read_to_string(format!("/proc/{backend}/maps")).unwrap();
+    assert!(!maps().contains("plpgsql.so"), "plpgsql is loaded lazily");
+    let dir = tempdir();
+    let profile = dir.path().join("plpgsql.toml");
+    std::fs::write(
+        &profile,
+        r#"name = "pg-plpgsql"
+object = "exe"
+[[phase]]
+name = "do_block"
+symbol = "plpgsql_inline_handler"
+object = "plpgsql.so"
+[[phase]]
+name = "executor_run"
+symbol = "standard_ExecutorRun"
+[[phase]]
+name = "heap_insert"
+symbol = "heap_insert"
+"#,
+    )
+    .unwrap();
+    let json = dir.path().join("run.json");
+    let w = Attach::start(
+        &[
+            "--target",
+            profile.to_str().unwrap(),
+            "--pid",
+            &s.backend_pid.to_string(),
+        ],
+        &json,
+    );
+    for i in 0..3 {
+        s.ok(&format!("DO $$ BEGIN INSERT INTO x VALUES ({i}); END $$;"));
+    }
+    assert!(maps().contains("plpgsql.so"), "the DO blocks loaded it");
+    w.stop();
+    let run = read_json(&json);
+    let sum = summary(&run);
+    // Found in PostgreSQL's pkglibdir before it was mapped; the first DO block counts.
+    assert!(
+        phase(&run, "do_block")["object"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("/15/lib/plpgsql.so"),
+        "{}",
+        phase(&run, "do_block")
+    );
+    assert_eq!(count(&run, &["do_block"]), 3, "{sum}");
+    assert_eq!(
+        count(&run, &["do_block", "executor_run", "heap_insert"]),
+        3,
+        "{sum}"
+    );
+}
+
+#[test]
 fn an_extension_that_is_never_loaded_is_a_single_warning() {
     if !bpf_available() || !pg::available() {
         return;

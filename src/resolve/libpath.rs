@@ -125,6 +125,15 @@ pub fn search_dirs(root: &Path, exe: &Located, ld_library_path: Option<&str>) ->
     dirs.extend(runpath.as_deref().map(expand).unwrap_or_default());
     dirs.extend(ld_so_conf_dirs(root));
     dirs.extend(DEFAULT_DIRS.iter().map(|d| d.to_string()));
+    // Where servers keep the plugins they dlopen by full path, so the loader's search never
+    // sees them: PostgreSQL's pkglibdir (/usr/lib/postgresql/15/lib next to .../15/bin on
+    // Debian, $GPHOME/lib/postgresql for Cloudberry/Greenplum). An extension not loaded yet
+    // is then found, and its probes are live before its first call.
+    if let Some(prefix) = Path::new(&exe.target_path).parent().and_then(Path::parent) {
+        for sub in ["lib", "lib/postgresql"] {
+            dirs.push(prefix.join(sub).to_string_lossy().into_owned());
+        }
+    }
     let mut seen = HashSet::new();
     dirs.retain(|d| seen.insert(d.clone()));
     dirs
@@ -183,5 +192,18 @@ mod tests {
         assert_eq!(name_match("libc.so.6", "libc.so.6"), 2);
         assert_eq!(name_match("libc-2.31.so", "libc"), 1);
         assert_eq!(name_match("libcrypto.so.3", "libc"), 0);
+    }
+
+    #[test]
+    fn a_servers_plugin_dir_is_searched_after_the_loaders() {
+        let exe = Located {
+            host_path: PathBuf::from("/nonexistent/usr/lib/postgresql/15/bin/postgres"),
+            target_path: "/usr/lib/postgresql/15/bin/postgres".into(),
+        };
+        let dirs = search_dirs(Path::new("/nonexistent-root"), &exe, None);
+        let pos = |d: &str| dirs.iter().position(|x| x == d);
+        let lib = pos("/usr/lib/postgresql/15/lib").expect("pkglibdir searched");
+        assert!(pos("/usr/lib").is_some_and(|usr| usr < lib), "{dirs:?}");
+        assert!(pos("/usr/lib/postgresql/15/lib/postgresql").is_some());
     }
 }
