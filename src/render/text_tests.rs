@@ -336,3 +336,38 @@ fn node_without_completed_calls() {
         "{text}"
     );
 }
+
+#[test]
+fn units_show_per_unit_time_on_the_row_and_throughput_in_the_footer() {
+    let mut run = sample_run();
+    let root = &mut run.tree.roots[0];
+    let (root_total, root_name) = (root.total_ns, root.name.clone());
+    let wal = &mut root.children[0];
+    wal.units = Some(crate::aggregate::Units {
+        name: "bytes".into(),
+        total: 4_000_000,
+    });
+    let wal_total = wal.total_ns;
+    let wal_name = wal.name.clone();
+    let text = plain(&run);
+    let row = text
+        .lines()
+        .find(|l| l.contains(&wal_name) && l.contains("n="))
+        .unwrap();
+    let per_byte = format_ns(wal_total as f64 / 4e6);
+    assert!(
+        row.ends_with(&format!("4000000 bytes  {per_byte}/byte")),
+        "{row}"
+    );
+    let footer = text
+        .lines()
+        .find(|l| l.starts_with("bytes: "))
+        .unwrap_or_else(|| panic!("{text}"));
+    let expect = format!(
+        "bytes: {root_name}/{wal_name} 4000000 bytes · {root_name} {}/byte",
+        format_ns(root_total as f64 / 4e6)
+    );
+    assert!(footer.starts_with(&expect), "{footer}\nwant {expect}");
+    assert!(footer.contains("k bytes/s inside") || footer.contains("M bytes/s inside"));
+    assert!(footer.ends_with("bytes/s over the run"), "{footer}");
+}
