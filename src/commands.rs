@@ -119,7 +119,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
     for w in phases.iter().flat_map(|p| &p.warnings) {
         eprintln!("wprof: warning: {w}");
     }
-    if let Some(err) = resolve::unresolved_required(&phases) {
+    if let Some(err) = resolve::unresolved_required(&phases, &profile) {
         return Err(err.into());
     }
     Ok(0)

@@ -26,7 +26,8 @@ pub const BUILTIN: &[(&str, &str)] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReturnMode {
-    /// RET-site probes for C++, Rust and Go code; uretprobes for C.
+    /// RET-site probes for C++, Rust and Go code (and for C functions in objects that hold
+    /// any); uretprobes for C in C-only objects.
     #[default]
     Auto,
     /// A uprobe on every RET (and tail-call JMP) instruction: safe when exceptions, panics or

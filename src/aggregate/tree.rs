@@ -630,8 +630,7 @@ mod tests {
         a.add(&inner);
         a.add(&outer);
         a.add(&span(1, 0, 100, 70));
-        let (_, calls, spans, _) =
-            a.finish_all(&names, &[None, None], &EndCounters::default());
+        let (_, calls, spans, _) = a.finish_all(&names, &[None, None], &EndCounters::default());
         assert_eq!(calls.rows.len(), 1);
         assert_eq!(calls.rows[0].phase_ns, [100, 70]);
         assert_eq!(calls.rows[0].phase_calls, [1, 2]);

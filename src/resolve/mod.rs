@@ -336,7 +336,11 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
             return unresolved(reason, Vec::new(), syms.is_go)
         }
     };
-    let any_unsafe = matches.iter().any(|m| m.function.language != Language::C);
+    // A C-named function in an object that also holds C++, Rust or Go code (an extern "C"
+    // entry of a C++ library, like PAX's XLogPaxInsert) can have an exception or panic
+    // unwinding through it: only a purely C object gets uretprobes by default.
+    let any_unsafe = matches.iter().any(|m| m.function.language != Language::C)
+        || syms.functions.iter().any(|f| f.language != Language::C);
     let return_mode = explicit_or(
         phase,
         if any_unsafe {
@@ -423,8 +427,8 @@ fn missing_hint(syms: &symbols::ObjectSymbols) -> Option<String> {
 /// The exit-4 error for the required phases that did not resolve, one line each:
 /// `phase 'P': no symbol 'X' in /path/obj; nearest: a, b, c`. None if every required phase
 /// resolved (unsupported kernel phases are not counted here).
-pub fn unresolved_required(phases: &[ResolvedPhase]) -> Option<WprofError> {
-    let lines: Vec<String> = phases
+pub fn unresolved_required(phases: &[ResolvedPhase], profile: &Profile) -> Option<WprofError> {
+    let mut lines: Vec<String> = phases
         .iter()
         .filter(|p| !p.phase.optional)
         .filter_map(|p| match &p.status {
@@ -439,6 +443,14 @@ pub fn unresolved_required(phases: &[ResolvedPhase]) -> Option<WprofError> {
             _ => None,
         })
         .collect();
+    if !lines.is_empty() && !profile.description.is_empty() {
+        // The profile may say where its functions exist (ao/aoco: Cloudberry and Greenplum
+        // only), which no symbol table can.
+        lines.push(format!(
+            "profile '{}': {}",
+            profile.name, profile.description
+        ));
+    }
     (!lines.is_empty()).then(|| WprofError::Unresolved(lines.join("\n")))
 }
 

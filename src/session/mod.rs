@@ -206,7 +206,7 @@ pub fn resolve_checked(
         &override_returns(profile, t.return_mode.map(Into::into)),
         &scope,
     )?;
-    if let Some(err) = resolve::unresolved_required(&phases) {
+    if let Some(err) = resolve::unresolved_required(&phases, profile) {
         return Err(err.into());
     }
     for p in &phases {
