@@ -28,25 +28,6 @@ fn assert_nothing_left(seen: &[u64]) {
     }
 }
 
-fn start_attach(pid: u32, json: &Path) -> Child {
-    let mut w = wprof()
-        .args([
-            "attach",
-            "--target",
-            "fixture",
-            "--pid",
-            &pid.to_string(),
-            "--json",
-        ])
-        .arg(json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start wprof");
-    wait_attached(&mut w);
-    w
-}
-
 fn signal(pid: u32, sig: &str) {
     let out = run(Command::new("kill").args([&format!("-{sig}"), &pid.to_string()]));
     assert!(out.status.success(), "kill -{sig} {pid}: {}", text(&out));
@@ -92,7 +73,7 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
     for sig in ["INT", "TERM"] {
         let fx = spawn_waiting(&fixture("writepath"), &fx_args);
         let json = dir.path().join(format!("{sig}.json"));
-        let w = start_attach(fx.id(), &json);
+        let w = start_attach("fixture", fx.id(), &json);
         let seen = wprof_program_ids();
         assert_eq!(
             seen.len(),
@@ -117,7 +98,7 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
     // 4. The target is SIGKILLed mid-run: wprof notices, ends, writes its outputs.
     let mut fx = spawn_waiting(&fixture("writepath"), &["--wait", "--iterations", "100000"]);
     let json = dir.path().join("kill-target.json");
-    let w = start_attach(fx.id(), &json);
+    let w = start_attach("fixture", fx.id(), &json);
     let seen = wprof_program_ids();
     fx.stdin
         .as_mut()
@@ -144,7 +125,7 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
     // 5. wprof itself is SIGKILLed mid-run: the kernel drops its probes with its fds and the
     //    target runs on unharmed.
     let fx = spawn_waiting(&fixture("writepath"), &fx_args);
-    let mut w = start_attach(fx.id(), &dir.path().join("never.json"));
+    let mut w = start_attach("fixture", fx.id(), &dir.path().join("never.json"));
     let seen = wprof_program_ids();
     w.kill().expect("kill wprof");
     let _ = w.wait();

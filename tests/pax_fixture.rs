@@ -6,8 +6,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
-use std::process::Stdio;
 
 use common::pg::{self, Pg};
 use common::*;
@@ -154,21 +152,8 @@ fn pax_profile_on_the_pax_fixture_matches_its_own_counters_and_timers() {
             "--wait",
         ],
     );
-    let pid = driver.id().to_string();
-    let mut w = wprof()
-        .args(["attach", "--target", "pax", "--pid", &pid, "--json"])
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start wprof");
-    wait_attached(&mut w);
-    driver
-        .stdin
-        .as_mut()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("release the driver");
+    let w = start_attach("pax", driver.id(), &json);
+    release(&mut driver);
     let d = driver.wait_with_output().expect("driver");
     let stdout = String::from_utf8_lossy(&d.stdout).into_owned();
     // Tracing never killed it: its exceptions unwind through probed frames (RET-site probes).

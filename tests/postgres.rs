@@ -7,12 +7,12 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::pg::{self, Pg};
+use common::pg::{self, Pg, Session};
 use common::*;
 use serde_json::Value;
 
@@ -85,6 +85,47 @@ impl Attach {
     }
 }
 
+/// What a test of one traced backend works with. Bind every field when destructuring (`..`
+/// would drop the cluster, or the run's directory, on the spot).
+struct TracedBackend {
+    pg: Pg,
+    s: Session,
+    json: PathBuf,
+    w: Attach,
+    _dir: tempfile::TempDir,
+}
+
+/// A fresh cluster, one session that ran `setup`, and `wprof attach` on its backend with the
+/// built-in `postgres` profile, or with `profile` (TOML text) when given.
+fn traced_backend(setup: &str, profile: Option<&str>) -> TracedBackend {
+    let pg = Pg::start();
+    let mut s = pg.session();
+    if !setup.is_empty() {
+        s.ok(setup);
+    }
+    let dir = tempdir();
+    let target = match profile {
+        Some(text) => {
+            let path = dir.path().join("profile.toml");
+            std::fs::write(&path, text).expect("write the profile");
+            path.to_string_lossy().into_owned()
+        }
+        None => "postgres".to_string(),
+    };
+    let json = dir.path().join("run.json");
+    let w = Attach::start(
+        &["--target", &target, "--pid", &s.backend_pid.to_string()],
+        &json,
+    );
+    TracedBackend {
+        pg,
+        s,
+        json,
+        w,
+        _dir: dir,
+    }
+}
+
 /// The node at `path` (phase names from a root), or a panic showing the tree.
 fn at<'a>(run: &'a Value, path: &[&str]) -> &'a Value {
     node(run, path)
@@ -151,15 +192,16 @@ fn insert_multi_row_insert_and_copy_give_exact_counts_and_the_write_path_shape()
         return;
     }
     let _g = bpf_lock();
-    let pg = Pg::start();
-    let mut s = pg.session();
     // A primary key and one more index: every row costs two btinsert calls.
-    s.ok("CREATE TABLE t (id int PRIMARY KEY, v text); CREATE INDEX t_v ON t (v);");
-    let dir = tempdir();
-    let json = dir.path().join("run.json");
-    let w = Attach::start(
-        &["--target", "postgres", "--pid", &s.backend_pid.to_string()],
-        &json,
+    let TracedBackend {
+        pg: _pg,
+        mut s,
+        json,
+        w,
+        _dir,
+    } = traced_backend(
+        "CREATE TABLE t (id int PRIMARY KEY, v text); CREATE INDEX t_v ON t (v);",
+        None,
     );
     // N single-row INSERTs in one transaction.
     s.ok("BEGIN;");
@@ -252,15 +294,13 @@ fn an_error_mid_insert_leaves_the_tree_consistent_and_the_backend_alive() {
         return;
     }
     let _g = bpf_lock();
-    let pg = Pg::start();
-    let mut s = pg.session();
-    s.ok("CREATE TABLE u (id int PRIMARY KEY);");
-    let dir = tempdir();
-    let json = dir.path().join("run.json");
-    let w = Attach::start(
-        &["--target", "postgres", "--pid", &s.backend_pid.to_string()],
-        &json,
-    );
+    let TracedBackend {
+        pg: _pg,
+        mut s,
+        json,
+        w,
+        _dir,
+    } = traced_backend("CREATE TABLE u (id int PRIMARY KEY);", None);
     let mut violations = 0;
     for i in 0..40 {
         // Every 4th statement repeats a key: the unique check raises an ERROR from inside
@@ -442,13 +482,16 @@ fn under_keeps_catalog_inserts_out_and_retval_capture_works() {
         return;
     }
     let _g = bpf_lock();
-    let pg = Pg::start();
-    let mut s = pg.session();
-    let dir = tempdir();
-    let profile = dir.path().join("under.toml");
-    std::fs::write(
-        &profile,
-        r#"name = "pg-under"
+    let TracedBackend {
+        pg: _pg,
+        mut s,
+        json,
+        w,
+        _dir,
+    } = traced_backend(
+        "",
+        Some(
+            r#"name = "pg-under"
 object = "exe"
 [[phase]]
 name = "executor_run"
@@ -464,17 +507,7 @@ symbol = "XLogInsert"
 arg = "retval"
 unit = "bytes"
 "#,
-    )
-    .unwrap();
-    let json = dir.path().join("run.json");
-    let w = Attach::start(
-        &[
-            "--target",
-            profile.to_str().unwrap(),
-            "--pid",
-            &s.backend_pid.to_string(),
-        ],
-        &json,
+        ),
     );
     // CREATE TABLE inserts catalog rows with heap_insert outside any executor run.
     s.ok("CREATE TABLE c (id int, pad text);");
@@ -560,17 +593,16 @@ fn an_extension_loaded_after_the_attach_is_traced_from_its_first_call() {
         return;
     }
     let _g = bpf_lock();
-    let pg = Pg::start();
-    let mut s = pg.session();
-    s.ok("CREATE TABLE x (id int);");
-    let backend = s.backend_pid;
-    let maps = || std::fs::read_to_string(format!("/proc/{backend}/maps")).unwrap();
-    assert!(!maps().contains("plpgsql.so"), "plpgsql is loaded lazily");
-    let dir = tempdir();
-    let profile = dir.path().join("plpgsql.toml");
-    std::fs::write(
-        &profile,
-        r#"name = "pg-plpgsql"
+    let TracedBackend {
+        pg: _pg,
+        mut s,
+        json,
+        w,
+        _dir,
+    } = traced_backend(
+        "CREATE TABLE x (id int);",
+        Some(
+            r#"name = "pg-plpgsql"
 object = "exe"
 [[phase]]
 name = "do_block"
@@ -583,18 +615,11 @@ symbol = "standard_ExecutorRun"
 name = "heap_insert"
 symbol = "heap_insert"
 "#,
-    )
-    .unwrap();
-    let json = dir.path().join("run.json");
-    let w = Attach::start(
-        &[
-            "--target",
-            profile.to_str().unwrap(),
-            "--pid",
-            &s.backend_pid.to_string(),
-        ],
-        &json,
+        ),
     );
+    let backend = s.backend_pid;
+    let maps = || std::fs::read_to_string(format!("/proc/{backend}/maps")).unwrap();
+    assert!(!maps().contains("plpgsql.so"), "plpgsql is loaded lazily");
     for i in 0..3 {
         s.ok(&format!("DO $$ BEGIN INSERT INTO x VALUES ({i}); END $$;"));
     }
@@ -625,14 +650,16 @@ fn an_extension_that_is_never_loaded_is_a_single_warning() {
         return;
     }
     let _g = bpf_lock();
-    let pg = Pg::start();
-    let mut s = pg.session();
-    s.ok("CREATE TABLE e (id int);");
-    let dir = tempdir();
-    let profile = dir.path().join("ext.toml");
-    std::fs::write(
-        &profile,
-        r#"name = "pg-ext"
+    let TracedBackend {
+        pg: _pg,
+        mut s,
+        json,
+        w,
+        _dir,
+    } = traced_backend(
+        "CREATE TABLE e (id int);",
+        Some(
+            r#"name = "pg-ext"
 object = "exe"
 [[phase]]
 name = "heap_insert"
@@ -643,17 +670,7 @@ symbol = "pax::CCPaxAccessMethod::TupleInsert"
 object = "pax_never_installed.so"
 optional = true
 "#,
-    )
-    .unwrap();
-    let json = dir.path().join("run.json");
-    let w = Attach::start(
-        &[
-            "--target",
-            profile.to_str().unwrap(),
-            "--pid",
-            &s.backend_pid.to_string(),
-        ],
-        &json,
+        ),
     );
     s.ok("INSERT INTO e VALUES (1);");
     let (_, stderr) = w.stop();

@@ -4,9 +4,8 @@
 
 mod common;
 
-use std::io::Write;
 use std::path::Path;
-use std::process::{Output, Stdio};
+use std::process::Output;
 
 use common::*;
 
@@ -307,21 +306,8 @@ fn cxx_library_loaded_after_attach_survives_exceptions_through_probed_frames() {
         &fixture("cxx-driver"),
         &["--calls", "200", "--throw-every", "10"],
     );
-    let pid = driver.id().to_string();
-    let mut w = wprof()
-        .args(["attach", "--target", "fixture-cxx", "--pid", &pid, "--json"])
-        .arg(&json)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start wprof");
-    wait_attached(&mut w);
-    driver
-        .stdin
-        .as_mut()
-        .expect("stdin")
-        .write_all(b"go\n")
-        .expect("go");
+    let w = start_attach("fixture-cxx", driver.id(), &json);
+    release(&mut driver);
     let d = driver.wait_with_output().expect("driver");
     let stdout = String::from_utf8_lossy(&d.stdout);
     assert!(

@@ -270,3 +270,61 @@ fn published_schema_rejects_what_wprof_refuses() {
     v["tree"]["roots"][0]["histogram"]["buckets"][0] = serde_json::json!([1, 2, 3]);
     assert!(validate(&v).is_err(), "a 3-element bucket accepted");
 }
+
+/// The sample run with what `--follow-forks --per-pid` and `unit`/`under` phases add.
+fn per_pid_run() -> Run {
+    let mut run = sample_run();
+    run.provenance.follow_forks = true;
+    run.provenance.forked = vec![4711];
+    run.phases[1].outside_under = 3;
+    run.tree.roots[0].children[0].units = Some(crate::aggregate::Units {
+        name: "rows".into(),
+        total: 1000,
+    });
+    run.processes = vec![
+        crate::model::ProcessRun {
+            pid: 4242,
+            label: "kvd --bench".into(),
+            parent: None,
+            parent_label: None,
+            tree: crate::aggregate::PhaseTree::default(),
+        },
+        crate::model::ProcessRun {
+            pid: 4711,
+            label: "postgres: app shop [local] idle".into(),
+            parent: Some(4242),
+            parent_label: Some("/usr/lib/postgresql/15/bin/postgres -D /srv/seg0".into()),
+            tree: run.tree.clone(),
+        },
+    ];
+    run
+}
+
+#[test]
+fn per_pid_trees_units_and_forks_round_trip_and_validate() -> Result<()> {
+    let run = per_pid_run();
+    let v = to_json(&run);
+    assert_eq!(v["processes"][1]["parent"], 4242);
+    assert_eq!(
+        v["processes"][1]["tree"]["roots"][0]["children"][0]["units"]["total"],
+        1000
+    );
+    assert_eq!(v["phases"][1]["outside_under"], 3);
+    assert!(
+        v["phases"][0].get("outside_under").is_none(),
+        "0 is left out"
+    );
+    let back = from_json(&v.to_string())?;
+    assert_eq!(to_json(&back), v);
+    if let Err(e) = validate(&v) {
+        panic!("docs/json-schema-v1.json rejects a --per-pid run:\n{e}");
+    }
+    // The text tree of such a run shows one tree per process, headed by pid and label.
+    let text = crate::render::render_tree(&back, &crate::render::TextOptions::default());
+    assert!(
+        text.contains("── pid 4711: postgres: app shop [local] idle  (forked by 4242: /usr/lib/postgresql/15/bin/postgres -D /srv/seg0)"),
+        "{text}"
+    );
+    assert!(text.contains("── pid 4242: kvd --bench\n"), "{text}");
+    Ok(())
+}

@@ -192,6 +192,38 @@ pub fn wprof_leftovers(prog_ids: &[u64]) -> Vec<String> {
     left
 }
 
+/// Starts `wprof attach --target TARGET --pid PID --json JSON` and returns once its probes
+/// are live.
+pub fn start_attach(target: &str, pid: u32, json: &Path) -> Child {
+    let mut w = wprof()
+        .args([
+            "attach",
+            "--target",
+            target,
+            "--pid",
+            &pid.to_string(),
+            "--json",
+        ])
+        .arg(json)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start wprof");
+    wait_attached(&mut w);
+    w
+}
+
+/// Lets a fixture started with `--wait` go on (a line on its stdin).
+pub fn release(fixture: &mut Child) {
+    use std::io::Write;
+    fixture
+        .stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"go\n")
+        .expect("release the fixture");
+}
+
 /// Reads wprof's stderr until its "attached" line, then keeps draining it in a thread so wprof
 /// never blocks on a full pipe.
 pub fn wait_attached(w: &mut Child) {
