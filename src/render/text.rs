@@ -66,32 +66,14 @@ pub fn render_tree(run: &Run, opts: &TextOptions) -> String {
                 warn: false,
             }];
             for root in &p.tree.roots {
-                walk(
-                    &ctx,
-                    root,
-                    root.count,
-                    None,
-                    String::new(),
-                    String::new(),
-                    &mut head,
-                    &mut flagged,
-                );
+                root_rows(&ctx, root, &mut head, &mut flagged);
             }
             rows.push(head);
         }
     } else {
         for root in &run.tree.roots {
             let mut tree_rows = Vec::new();
-            walk(
-                &ctx,
-                root,
-                root.count,
-                None,
-                String::new(),
-                String::new(),
-                &mut tree_rows,
-                &mut flagged,
-            );
+            root_rows(&ctx, root, &mut tree_rows, &mut flagged);
             rows.push(tree_rows);
         }
     }
@@ -288,6 +270,12 @@ enum Under<'a> {
     Child(&'a TreeNode),
     SelfTime,
     Note(String, bool),
+}
+
+/// The rows of one root's tree.
+fn root_rows(ctx: &Ctx<'_>, root: &TreeNode, rows: &mut Vec<Row>, flagged: &mut Vec<Flagged>) {
+    let (label, child) = (String::new(), String::new());
+    walk(ctx, root, root.count, None, label, child, rows, flagged);
 }
 
 #[allow(clippy::too_many_arguments)]
