@@ -450,3 +450,63 @@ fn interval_snapshots_and_skip_bound_a_long_run() {
     assert!(enc.abs_diff(kept) <= 1, "encode {enc} vs write {kept}");
     assert_eq!(run["calls"]["total_calls"], kept);
 }
+
+#[test]
+fn a_library_dlopened_from_an_unknown_path_is_attached_when_it_is_mapped() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    // A copy of the C++ library under a name and in a directory no search path holds: wprof
+    // cannot find it at attach time, only when the driver dlopens it.
+    let hidden = dir.path().join("private-plugins");
+    std::fs::create_dir(&hidden).unwrap();
+    let lib = hidden.join("libhidden_store.so");
+    std::fs::copy(fixture("libwpfx_store.so"), &lib).unwrap();
+    let profile = dir.path().join("hidden.toml");
+    std::fs::write(
+        &profile,
+        r#"name = "hidden"
+object = "libhidden_store.so"
+[[phase]]
+name = "write_batch"
+symbol = "wpfx::Store::write_batch"
+optional = true
+"#,
+    )
+    .unwrap();
+    let json = dir.path().join("run.json");
+    // 60 calls of ~5 ms: the late attach (~10 ms after the dlopen here) misses a few of them.
+    let mut driver = spawn_waiting(
+        &fixture("cxx-driver"),
+        &[
+            "--calls",
+            "60",
+            "--throw-every",
+            "0",
+            "--spin-us",
+            "5000",
+            "--lib",
+            lib.to_str().unwrap(),
+        ],
+    );
+    let w = start_attach(profile.to_str().unwrap(), driver.id(), &json);
+    release(&mut driver);
+    let d = driver.wait_with_output().expect("driver");
+    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+    let o = w.wait_with_output().expect("wprof");
+    assert!(o.status.success(), "{}", text(&o));
+    let run = read_json(&json);
+    let phase = &run["phases"][0];
+    assert_eq!(phase["status"], "attached", "{phase}");
+    assert!(
+        phase["object"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("private-plugins/libhidden_store.so"),
+        "{phase}"
+    );
+    let n = u(node(&run, &["write_batch"]), "count");
+    assert!((50..=60).contains(&n), "{n} of 60 calls seen");
+}

@@ -103,6 +103,9 @@ pub struct Aggregator {
     per_pid: Option<HashMap<u32, NodeMap<NodeStats>>>,
     /// Forks seen (`--follow-forks`): child pid -> parent pid, in order.
     forks: Vec<(u32, u32)>,
+    /// Processes whose dynamic loader changed its objects since the last look, with the
+    /// (CLOCK_MONOTONIC) time of the first change.
+    maps_changed: Vec<(u32, u64)>,
 }
 
 /// One node's cumulative figures at a point of a run (`--interval` snapshots).
@@ -288,6 +291,10 @@ impl Aggregator {
             }
         } else if ev.kind == EventKind::Fork as u32 {
             self.forks.push((ev.pid, ev.tid));
+        } else if ev.kind == EventKind::MapsChanged as u32
+            && !self.maps_changed.iter().any(|(p, _)| *p == ev.pid)
+        {
+            self.maps_changed.push((ev.pid, ev.start_ns));
         }
     }
 
@@ -304,6 +311,12 @@ impl Aggregator {
     /// Forks of traced processes seen since the last call: (child, parent), in order.
     pub fn take_forks(&mut self) -> Vec<(u32, u32)> {
         std::mem::take(&mut self.forks)
+    }
+
+    /// Processes whose loader loaded or unloaded a library since the last call, each with
+    /// the CLOCK_MONOTONIC ns of its first such change.
+    pub fn take_maps_changed(&mut self) -> Vec<(u32, u64)> {
+        std::mem::take(&mut self.maps_changed)
     }
 
     /// Processes with completed calls so far (only kept with [`Aggregator::track_per_pid`]).

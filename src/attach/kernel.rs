@@ -7,7 +7,7 @@
 use anyhow::{Context, Result};
 use aya::maps::{Array, HashMap};
 use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
-use aya::programs::{PerfEvent, TracePoint};
+use aya::programs::{PerfEvent, TracePoint, UProbe};
 use wprof_common::{config, TracepointRole, SYS_EXIT_BIT};
 
 use super::Tracer;
@@ -178,7 +178,7 @@ impl Tracer {
     }
 
     /// One of the on-demand programs, and whether it still has to be loaded (first use).
-    fn extra_program<P>(&mut self, name: &'static str) -> Result<(&mut P, bool)>
+    pub(super) fn extra_program<P>(&mut self, name: &'static str) -> Result<(&mut P, bool)>
     where
         for<'a> &'a mut P:
             TryFrom<&'a mut aya::programs::Program, Error = aya::programs::ProgramError>,
@@ -204,6 +204,8 @@ impl Tracer {
             };
             if let Ok(tp) = <&mut TracePoint>::try_from(&mut *p) {
                 let _ = tp.unload();
+            } else if let Ok(up) = <&mut UProbe>::try_from(&mut *p) {
+                let _ = up.unload();
             } else if let Ok(pe) = <&mut PerfEvent>::try_from(p) {
                 let _ = pe.unload();
             }

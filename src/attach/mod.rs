@@ -250,6 +250,38 @@ impl Tracer {
         }
     }
 
+    /// Watches the dynamic loader of the traced processes (`ld`: its `_dl_debug_state`) so
+    /// a dlopen is reported at once (`EventKind::MapsChanged`).
+    pub fn watch_dlopen(
+        &mut self,
+        ld: &ResolvedSymbol,
+        pids: &[u32],
+        every_process: bool,
+    ) -> Result<()> {
+        const PROG: &str = "wprof_dl_state";
+        let (prog, first) = self.extra_program::<UProbe>(PROG)?;
+        if first {
+            prog.load()
+                .with_context(|| format!("verify and load BPF program {PROG}"))?;
+        }
+        let scopes: Vec<UProbeScope> = if every_process {
+            vec![UProbeScope::AllProcesses]
+        } else {
+            pids.iter()
+                .filter_map(|&p| NonZeroU32::new(p).map(UProbeScope::OneProcess))
+                .collect()
+        };
+        for scope in scopes {
+            prog.attach(
+                [UProbeAttachLocation::AbsoluteOffset(ld.entry.file_offset)],
+                &ld.object,
+                scope,
+            )
+            .with_context(|| format!("watch dlopen through {}", ld.display_object))?;
+        }
+        Ok(())
+    }
+
     /// Detaches every probe (idempotent). Maps stay readable for the final counts.
     pub fn detach(&mut self) {
         if self.detached {

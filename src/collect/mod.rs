@@ -92,9 +92,12 @@ impl Collector {
         const CPU_SAMPLE: u32 = EventKind::CpuSample as u32;
         const OFF_CPU: u32 = EventKind::OffCpu as u32;
         const FORK: u32 = EventKind::Fork as u32;
+        const MAPS_CHANGED: u32 = EventKind::MapsChanged as u32;
         while let Some(item) = self.ring.next() {
             match record_kind(&item) {
-                Some(SPAN | NODE_DEF | FORK) => read(&item).iter().for_each(&mut sink),
+                Some(SPAN | NODE_DEF | FORK | MAPS_CHANGED) => {
+                    read(&item).iter().for_each(&mut sink)
+                }
                 Some(CPU_SAMPLE | OFF_CPU) => read(&item).iter().for_each(&mut stacks),
                 _ => {}
             }

@@ -134,6 +134,15 @@ pub struct ResolvedPhase {
     pub warnings: Vec<String>,
 }
 
+impl ResolvedPhase {
+    /// Whether the phase is unresolved because its object was nowhere to be found (not
+    /// mapped, not in any search directory): a library that may still be dlopen'ed.
+    pub fn object_missing(&self) -> bool {
+        matches!(&self.status, Status::Unresolved { reason, .. }
+            if reason.starts_with(objects::OBJECT_NOT_FOUND))
+    }
+}
+
 /// An object located and parsed, or why not.
 type Loaded = Result<(objects::Located, Rc<symbols::ObjectSymbols>), String>;
 

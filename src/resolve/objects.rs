@@ -19,6 +19,10 @@ use super::libpath::{self, name_match, under_root};
 use super::Scope;
 use crate::error::WprofError;
 
+/// How the reason of a phase whose object is nowhere to be found starts (see
+/// [`super::ResolvedPhase::object_missing`]).
+pub const OBJECT_NOT_FOUND: &str = "cannot find object";
+
 /// An object found for a phase.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Located {
@@ -179,7 +183,7 @@ impl Target {
             }
             tried.push(dir);
         }
-        bail!("cannot find object '{object}': tried {}", tried.join(", "))
+        bail!("{OBJECT_NOT_FOUND} '{object}': tried {}", tried.join(", "))
     }
 
     /// A mapped file of the process whose basename matches `name`.

@@ -5,6 +5,7 @@
 //! the exit of the last traced process; each writes every output.
 
 mod child;
+mod late;
 mod outputs;
 mod processes;
 mod snapshots;
@@ -42,7 +43,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
             .into());
         }
     }
-    let phases = resolve_checked(&profile, Scope::Pids(a.pid.clone()), &a.trace)?;
+    let mut phases = resolve_checked(&profile, Scope::Pids(a.pid.clone()), &a.trace)?;
     let mut tracer = Tracer::load(tracer_options(&a.trace))?;
     test_pause_before_attach();
     if a.follow_forks {
@@ -55,6 +56,14 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         warn_untraced_mappers(&phases, &a.pid);
     }
     let kernel = attach_kernel_side(&mut tracer, &phases, &a.pid, &a.trace)?;
+    let mut late = watch_dlopen(
+        &mut tracer,
+        &profile,
+        &phases,
+        &a.pid,
+        a.follow_forks,
+        &a.trace,
+    );
     // A process that died during attach may have accepted no probe or a useless one.
     if let Some(gone) = a.pid.iter().find(|&&p| !process_alive(p)) {
         return Err(WprofError::NoProcess(format!(
@@ -80,7 +89,18 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         join(&a.pid)
     );
     let started = std::time::SystemTime::now();
-    let traced = run(&mut tracer, &phases, &profile, &a.trace, &mut watch, &a.pid)?;
+    let traced = run(
+        &mut tracer,
+        &phases,
+        &profile,
+        &a.trace,
+        &mut watch,
+        &a.pid,
+        late.as_mut(),
+    )?;
+    if let Some(l) = late {
+        l.merge(&mut phases);
+    }
     let mut run = build_run(&profile, &phases, traced, started);
     run.provenance.pids = a.pid.clone();
     run.provenance.follow_forks = a.follow_forks;
@@ -94,7 +114,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let profile = Profile::load(&r.target.target)?;
     check_capabilities()?;
     let exe = child::find_executable(&r.command[0])?;
-    let phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
+    let mut phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
     let mut child = GatedChild::spawn(&exe, &r.command)?;
     let attached = tracer.attach(&phases, &[child.pid()], false).and_then(|s| {
@@ -107,6 +127,14 @@ pub fn record(r: RecordArgs) -> Result<i32> {
             return Err(e);
         }
     };
+    let mut late = watch_dlopen(
+        &mut tracer,
+        &profile,
+        &phases,
+        &[child.pid()],
+        false,
+        &r.trace,
+    );
     if !r.trace.quiet {
         eprintln!(
             "wprof: {} probe points live ({} links{kernel}); starting {}",
@@ -119,7 +147,18 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     child.release()?;
     let pid = child.pid();
     let mut watch = Watch::child(child, r.trace.duration);
-    let traced = run(&mut tracer, &phases, &profile, &r.trace, &mut watch, &[pid])?;
+    let traced = run(
+        &mut tracer,
+        &phases,
+        &profile,
+        &r.trace,
+        &mut watch,
+        &[pid],
+        late.as_mut(),
+    )?;
+    if let Some(l) = late {
+        l.merge(&mut phases);
+    }
     let status = watch.finish()?;
     let mut run = build_run(&profile, &phases, traced, started);
     run.provenance.pids = vec![pid];
@@ -150,6 +189,32 @@ fn warn_untraced_mappers(phases: &[ResolvedPhase], traced: &[u32]) {
         others.len(),
         shown.join(", ")
     );
+}
+
+/// Optional phases whose library was nowhere to be found: watches the traced processes'
+/// dynamic loader so they are attached when it maps the library. A watch that cannot be set
+/// up is a warning (those phases then stay unattached, as without it).
+fn watch_dlopen(
+    tracer: &mut Tracer,
+    profile: &Profile,
+    phases: &[ResolvedPhase],
+    pids: &[u32],
+    every_process: bool,
+    t: &TraceArgs,
+) -> Option<late::LateAttach> {
+    let effective = override_returns(profile, t.return_mode.map(Into::into));
+    let late = late::LateAttach::new(&effective, phases, pids, every_process)?;
+    let names = late.pending_names().join(", ");
+    match late.watch(tracer) {
+        Ok(()) => {
+            eprintln!("wprof: watching dlopen for the library of phase(s) {names}");
+            Some(late)
+        }
+        Err(e) => {
+            eprintln!("wprof: warning: {e:#}; phase(s) {names} stay unattached");
+            None
+        }
+    }
 }
 
 /// Test hook: `WPROF_TEST_PAUSE_BEFORE_ATTACH_MS` holds attach back so the tests can make a
@@ -229,7 +294,11 @@ pub fn resolve_checked(
             eprintln!("wprof: warning: {w}");
         }
     }
-    if !phases.iter().any(|p| matches!(p.status, Status::Resolved)) {
+    // Optional phases whose library is not there yet may still come (late attach).
+    let waiting = phases
+        .iter()
+        .any(|p| p.phase.optional && p.object_missing());
+    if !waiting && !phases.iter().any(|p| matches!(p.status, Status::Resolved)) {
         return Err(WprofError::Unresolved(format!(
             "no phase of profile '{}' resolved",
             profile.name
@@ -269,6 +338,7 @@ fn run(
     t: &TraceArgs,
     watch: &mut Watch,
     pids: &[u32],
+    mut late: Option<&mut late::LateAttach>,
 ) -> Result<Traced> {
     let names = &phase_names(profile);
     let mut collector = Collector::new(tracer)?;
@@ -292,15 +362,17 @@ fn run(
     };
     let mut stack_sink = stacks::StackSink::new(t.cpu_sample.is_some() || t.off_cpu);
     let t0 = std::time::Instant::now();
-    let reason = trace_loop::run(
-        &mut collector,
-        &mut agg,
-        &mut stack_sink,
-        watch,
-        snapshots.as_mut(),
-        &mut labels,
-        !t.quiet,
-    )?;
+    let sides = trace_loop::Sides {
+        stacks: &mut stack_sink,
+        snapshots: snapshots.as_mut(),
+        labels: &mut labels,
+        on_maps_changed: &mut |pid, at_ns| {
+            if let Some(l) = late.as_deref_mut() {
+                l.maps_changed(pid, at_ns, tracer)
+            }
+        },
+    };
+    let reason = trace_loop::run(&mut collector, &mut agg, sides, watch, !t.quiet)?;
     let duration = t0.elapsed();
     tracer.detach();
     collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
@@ -488,7 +560,7 @@ fn build_run(
 }
 
 /// CLOCK_MONOTONIC now, ns: the clock of bpf_ktime_get_ns and so of every span.
-fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,

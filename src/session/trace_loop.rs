@@ -113,16 +113,33 @@ impl Watch {
     }
 }
 
+/// What the loop feeds besides the tree after each drain.
+pub struct Sides<'a> {
+    /// CPU samples and off-CPU records.
+    pub stacks: &'a mut super::stacks::StackSink,
+    /// `--interval` snapshots.
+    pub snapshots: Option<&'a mut super::snapshots::Snapshots>,
+    /// Labels of the traced processes, and forks.
+    pub labels: &'a mut super::processes::ProcessLabels,
+    /// Called with (pid, CLOCK_MONOTONIC ns) when a traced process's loader changed its
+    /// objects (late attach).
+    pub on_maps_changed: &'a mut dyn FnMut(u32, u64),
+}
+
 /// Reads events into `agg` until `watch` says the run is over.
 pub fn run(
     collector: &mut Collector,
     agg: &mut Aggregator,
-    stacks: &mut super::stacks::StackSink,
+    sides: Sides<'_>,
     watch: &mut Watch,
-    mut snapshots: Option<&mut super::snapshots::Snapshots>,
-    labels: &mut super::processes::ProcessLabels,
     progress: bool,
 ) -> Result<EndReason> {
+    let Sides {
+        stacks,
+        mut snapshots,
+        labels,
+        on_maps_changed,
+    } = sides;
     let progress = progress && std::io::stderr().is_terminal();
     let start = Instant::now();
     let mut last_progress = start;
@@ -137,6 +154,9 @@ pub fn run(
         collector.drain(|e| agg.add(e), |s| stacks.agg.add(s));
         stacks.after_drain();
         labels.forks(&agg.take_forks());
+        for (pid, at_ns) in agg.take_maps_changed() {
+            on_maps_changed(pid, at_ns);
+        }
         labels.refresh(agg.pids());
         if let Some(s) = snapshots.as_deref_mut() {
             s.tick(agg)?;

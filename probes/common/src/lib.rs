@@ -118,6 +118,9 @@ pub enum EventKind {
     OffCpu = 4,
     /// A traced process forked (`--follow-forks`): `pid` is the child, `tid` the parent's tgid.
     Fork = 5,
+    /// A traced process's dynamic loader changed its list of loaded objects (dlopen,
+    /// dlclose): libraries of phases not attached yet may be mapped now.
+    MapsChanged = 6,
 }
 
 /// A ring-buffer record. Spans and node definitions share one layout so userspace reads a single

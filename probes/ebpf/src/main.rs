@@ -355,14 +355,41 @@ fn define_node(node: u64, parent: u64, phase: u32, depth: u32, key: u64) {
 /// Writes one record to the ring buffer; false when it is full.
 #[inline(always)]
 fn emit(ev: Event) -> bool {
+    emit_with(ev, submit_flags())
+}
+
+#[inline(always)]
+fn emit_with(ev: Event, flags: u64) -> bool {
     match EVENTS.reserve::<Event>(0) {
         Some(mut entry) => {
             entry.write(ev);
-            entry.submit(submit_flags());
+            entry.submit(flags);
             true
         }
         None => false,
     }
+}
+
+/// The dynamic loader's `_dl_debug_state` (the r_debug hook debuggers use): called around
+/// every change to the loaded objects (dlopen, dlclose). Tells userspace at once, so phases
+/// in a library that was nowhere to be found at attach time are attached as soon as it is
+/// mapped.
+#[uprobe]
+pub fn wprof_dl_state(_ctx: ProbeContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    if !wanted(key) {
+        return 0;
+    }
+    let ev = Event {
+        kind: EventKind::MapsChanged as u32,
+        pid: (key >> 32) as u32,
+        tid: key as u32,
+        // SAFETY: plain helper call.
+        start_ns: unsafe { bpf_ktime_get_ns() },
+        ..Event::default()
+    };
+    let _ = emit_with(ev, BPF_RB_FORCE_WAKEUP as u64);
+    0
 }
 
 fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Result<(), ()> {
