@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Installs everything wprof needs to build and test on a fresh Debian 12 machine.
 # Idempotent: each step checks whether its result is already there and skips if so.
-# Shared by .ci/run, the README's commands and (later) the Vagrant provision script.
+# Shared by .ci/run, the README's commands and vagrant/Vagrantfile's provision step.
 set -euo pipefail
 
 TC=nightly-2026-10-29          # keep in sync with rust-toolchain.toml
 BPF_LINKER_VERSION=0.13.0
-APT_PACKAGES=(build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils
+APT_PACKAGES=(curl ca-certificates build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils
               libprotobuf-dev protobuf-compiler libzstd-dev libpq-dev)   # last line: the PAX fixture
 
 log() { printf '[install %s] %s\n' "$(date +%T)" "$*" >&2; }
