@@ -35,6 +35,17 @@ pub enum Command {
     Compare(CompareArgs),
     /// Test hypotheses against a run: SUPPORTED / REFUTED / INCONCLUSIVE (exit 3 if refuted).
     Check(CheckArgs),
+    /// Check what this host can do (kernel, capabilities, BPF, uprobe_multi, tracefs...);
+    /// exit 1 when attach cannot work here.
+    Doctor(DoctorArgs),
+}
+
+/// `wprof doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the checks as JSON (`attach_works` and one object per check).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Which profile to use.

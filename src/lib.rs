@@ -12,6 +12,7 @@ pub mod args;
 pub mod attach;
 pub mod collect;
 pub mod commands;
+pub mod doctor;
 pub mod error;
 pub mod model;
 pub mod probe_cost;

@@ -14,6 +14,7 @@ fn main() {
         Command::Report(r) => commands::report(r),
         Command::Compare(c) => wprof::analyze::compare::run(c),
         Command::Check(c) => wprof::analyze::check::run(c),
+        Command::Doctor(d) => wprof::doctor::run(d.json),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -16,21 +16,27 @@ fn effective_caps() -> Option<u64> {
     u64::from_str_radix(hex, 16).ok()
 }
 
-/// Checks that wprof may load BPF programs and open uprobe perf events. The error names the
-/// missing capabilities and how to grant them.
-pub fn check_capabilities() -> Result<(), WprofError> {
+/// The capabilities wprof needs that this process lacks (empty when it has them, or when its
+/// capability set cannot be read: the kernel then decides).
+pub fn missing_capabilities() -> Vec<&'static str> {
     let Some(caps) = effective_caps() else {
-        return Ok(()); // Unknown: let the kernel decide and report.
+        return Vec::new();
     };
     let has = |c: u32| caps & (1u64 << c) != 0;
     if has(CAP_SYS_ADMIN) {
-        return Ok(());
+        return Vec::new();
     }
-    let missing: Vec<&str> = [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
+    [(CAP_BPF, "CAP_BPF"), (CAP_PERFMON, "CAP_PERFMON")]
         .iter()
         .filter(|(c, _)| !has(*c))
         .map(|(_, n)| *n)
-        .collect();
+        .collect()
+}
+
+/// Checks that wprof may load BPF programs and open uprobe perf events. The error names the
+/// missing capabilities and how to grant them.
+pub fn check_capabilities() -> Result<(), WprofError> {
+    let missing = missing_capabilities();
     if missing.is_empty() {
         return Ok(());
     }

@@ -21,7 +21,7 @@ use aya::{
 };
 use wprof_common::{cookie, cookie_with, SiteKind, ARG_NONE, ARG_RETVAL};
 
-pub use capabilities::check_capabilities;
+pub use capabilities::{check_capabilities, missing_capabilities};
 
 use crate::error::WprofError;
 use crate::profile::{Capture, ReturnMode};
