@@ -35,9 +35,39 @@ pub enum Command {
     Compare(CompareArgs),
     /// Test hypotheses against a run: SUPPORTED / REFUTED / INCONCLUSIVE (exit 3 if refuted).
     Check(CheckArgs),
+    /// Write a profile as a bpftrace script or as `perf probe` commands (same probe sites as
+    /// wprof), for hosts where wprof cannot run or to compare with the peers.
+    Export(ExportArgs),
     /// Check what this host can do (kernel, capabilities, BPF, uprobe_multi, tracefs...);
     /// exit 1 when attach cannot work here.
     Doctor(DoctorArgs),
+}
+
+/// `wprof export`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("format").required(true).args(["bpftrace", "perf_probe"])))]
+pub struct ExportArgs {
+    /// Profile.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Resolve against a running process.
+    #[arg(long, short = 'p', conflicts_with = "binary", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pid: Option<u32>,
+    /// Resolve against a binary on disk (the profile's "exe").
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+    /// Write a bpftrace script (run it as `bpftrace FILE PID`).
+    #[arg(long)]
+    pub bpftrace: bool,
+    /// Force the return detection of every phase (as for attach).
+    #[arg(long = "return", value_enum, value_name = "MODE")]
+    pub return_mode: Option<ReturnArg>,
+    /// Write a shell script of `perf probe` commands (`sh FILE add`, then perf record -e 'wprof:*').
+    #[arg(long)]
+    pub perf_probe: bool,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// `wprof doctor`.

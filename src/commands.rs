@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 
-use crate::args::{ProbesArgs, ReportArgs, ReportFormat};
+use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat};
 use crate::error::WprofError;
 use crate::probe_cost;
 use crate::profile::{Profile, BUILTIN};
@@ -30,13 +30,7 @@ pub fn targets() -> Result<i32> {
 /// did not resolve.
 pub fn probes(a: ProbesArgs) -> Result<i32> {
     let profile = Profile::load(&a.target.target)?;
-    let scope = match (a.pid, &a.binary) {
-        (Some(pid), _) => Scope::Pids(vec![pid]),
-        (None, Some(b)) => Scope::Binary(b.clone()),
-        (None, None) => {
-            return Err(WprofError::Usage("probes needs --pid PID or --binary PATH".into()).into())
-        }
-    };
+    let scope = scope_of(a.pid, &a.binary, "probes")?;
     let profile = session::override_returns(&profile, a.return_mode.map(Into::into));
     let phases = resolve::resolve_profile(&profile, &scope)?;
     let mut out = std::io::stdout().lock();
@@ -132,6 +126,41 @@ fn truncate(s: &str, n: usize) -> String {
         let t: String = s.chars().take(n - 1).collect();
         format!("{t}…")
     }
+}
+
+/// What `--pid` / `--binary` name, for the commands that resolve without attaching.
+fn scope_of(pid: Option<u32>, binary: &Option<std::path::PathBuf>, cmd: &str) -> Result<Scope> {
+    match (pid, binary) {
+        (Some(pid), _) => Ok(Scope::Pids(vec![pid])),
+        (None, Some(b)) => Ok(Scope::Binary(b.clone())),
+        (None, None) => {
+            Err(WprofError::Usage(format!("{cmd} needs --pid PID or --binary PATH")).into())
+        }
+    }
+}
+
+/// `wprof export`: the profile as a bpftrace script or `perf probe` commands. Unresolved
+/// phases are left out with a comment; a required one is exit 4, as for attach.
+pub fn export(a: ExportArgs) -> Result<i32> {
+    let profile = Profile::load(&a.target.target)?;
+    let scope = scope_of(a.pid, &a.binary, "export")?;
+    let profile = session::override_returns(&profile, a.return_mode.map(Into::into));
+    let phases = resolve::resolve_profile(&profile, &scope)?;
+    if let Some(err) = resolve::unresolved_required(&phases, &profile) {
+        return Err(err.into());
+    }
+    let text = if a.bpftrace {
+        crate::export::bpftrace(&profile, &phases)
+    } else {
+        crate::export::perf_probe(&profile, &phases)
+    };
+    match &a.output {
+        Some(path) => {
+            std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?
+        }
+        None => print!("{text}"),
+    }
+    Ok(0)
 }
 
 /// `wprof report RUN.json`: re-renders a saved run.

@@ -14,6 +14,7 @@ pub mod collect;
 pub mod commands;
 pub mod doctor;
 pub mod error;
+pub mod export;
 pub mod model;
 pub mod probe_cost;
 pub mod profile;

@@ -15,6 +15,7 @@ fn main() {
         Command::Compare(c) => wprof::analyze::compare::run(c),
         Command::Check(c) => wprof::analyze::check::run(c),
         Command::Doctor(d) => wprof::doctor::run(d.json),
+        Command::Export(e) => commands::export(e),
     };
     match result {
         Ok(code) => std::process::exit(code),

@@ -1,0 +1,164 @@
+//! `wprof export`: the bpftrace script and the `perf probe` commands it writes load in the
+//! real tools and count the fixture's calls exactly; RET-site phases keep RET-site probes.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+
+use common::*;
+
+fn export(args: &[&str]) -> String {
+    let out = run(wprof().arg("export").args(args));
+    assert!(out.status.success(), "wprof export: {}", text(&out));
+    String::from_utf8(out.stdout).expect("utf-8")
+}
+
+/// `@calls[name]: N` lines of bpftrace's output.
+fn calls(bt_out: &str, name: &str) -> u64 {
+    let key = format!("@calls[{name}]: ");
+    bt_out
+        .lines()
+        .find_map(|l| l.strip_prefix(&key))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in bpftrace's output:\n{bt_out}"))
+}
+
+#[test]
+fn the_bpftrace_script_counts_every_call_of_the_fixture() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let prog = fixture("writepath");
+    let prog = prog.to_str().unwrap();
+    // Debian's bpftrace cannot place probes at RET offsets: uretprobes (the fixture is C).
+    let script = dir.path().join("fixture.bt");
+    let text = export(&[
+        "--target",
+        "fixture",
+        "--binary",
+        prog,
+        "--return",
+        "uretprobe",
+        "--bpftrace",
+    ]);
+    assert!(
+        text.contains(&format!("uprobe:{prog}:write_record /pid == $1/")),
+        "{text}"
+    );
+    std::fs::write(&script, &text).unwrap();
+
+    let mut fx = spawn_waiting(&fixture("writepath"), &["--iterations", "150", "--wait"]);
+    let mut bt = Command::new("bpftrace")
+        .args(["-B", "line"]) // its stdout is a pipe here
+        .arg(&script)
+        .arg(fx.id().to_string())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start bpftrace");
+    let mut out = BufReader::new(bt.stdout.take().unwrap());
+    // "Attaching N probes...", then the script's BEGIN line once they are all live.
+    let mut seen = String::new();
+    while !seen.contains(" phases of pid ") {
+        let mut line = String::new();
+        assert!(
+            out.read_line(&mut line).unwrap() > 0,
+            "bpftrace ended: {seen}"
+        );
+        seen.push_str(&line);
+    }
+    release(&mut fx);
+    let done = fx.wait_with_output().unwrap();
+    assert!(done.status.success());
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(bt.id() as i32, libc::SIGINT) };
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    let _ = bt.wait();
+    for phase in [
+        "write_record",
+        "encode_record",
+        "persist_block",
+        "compress_block",
+        "flush_block",
+        "wal_append",
+        "wal_sync",
+    ] {
+        assert_eq!(calls(&rest, phase), 150, "{phase}");
+    }
+}
+
+#[test]
+fn cxx_phases_keep_ret_site_probes_in_both_exports() {
+    // The driver finds the library through its RUNPATH ($ORIGIN), as the loader would.
+    let driver = fixture("cxx-driver");
+    let driver = driver.to_str().unwrap();
+    let lib = fixture("libwpfx_store.so");
+    let lib = lib.to_str().unwrap();
+    let bt = export(&["--target", "fixture-cxx", "--binary", driver, "--bpftrace"]);
+    assert!(!bt.contains("uretprobe:"), "{bt}");
+    assert!(
+        bt.contains(&format!("uprobe:{lib}:_ZN4wpfx5Store11write_batchEi+")),
+        "{bt}"
+    );
+    let perf = export(&[
+        "--target",
+        "fixture-cxx",
+        "--binary",
+        driver,
+        "--perf-probe",
+    ]);
+    assert!(!perf.contains("%return"), "{perf}");
+    assert!(
+        perf.contains("--add 'wprof:write_batch__ret0=_ZN4wpfx5Store11write_batchEi+"),
+        "{perf}"
+    );
+}
+
+#[test]
+fn the_perf_probe_commands_count_every_call_of_the_fixture() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let prog = fixture("writepath");
+    let prog = prog.to_str().unwrap();
+    let script = dir.path().join("probes.sh");
+    std::fs::write(
+        &script,
+        export(&["--target", "fixture", "--binary", prog, "--perf-probe"]),
+    )
+    .unwrap();
+    let sh = |what: &str| run(Command::new("sh").arg(&script).arg(what));
+    let _ = sh("del"); // a previous run that failed half-way
+    let added = sh("add");
+    assert!(added.status.success(), "{}", text(&added));
+    let data = dir.path().join("perf.data");
+    let rec = run(Command::new("perf")
+        .args(["record", "-q", "-e", "wprof:*", "-o"])
+        .arg(&data)
+        .args(["--", prog, "--iterations", "30", "--recurse-depth", "2"]));
+    let script_out = run(Command::new("perf").args(["script", "-i"]).arg(&data));
+    let removed = sh("del");
+    assert!(rec.status.success(), "{}", text(&rec));
+    assert!(removed.status.success(), "{}", text(&removed));
+    let listed = run(Command::new("perf").args(["probe", "-l"]));
+    assert!(!String::from_utf8_lossy(&listed.stdout).contains("wprof:"));
+    let events = String::from_utf8_lossy(&script_out.stdout).into_owned();
+    let count = |ev: &str| {
+        events
+            .lines()
+            .filter(|l| l.contains(&format!(" {ev}:")))
+            .count()
+    };
+    assert_eq!(count("wprof:write_record"), 30, "{events}");
+    assert_eq!(count("wprof:write_record__return"), 30);
+    assert_eq!(count("wprof:wal_sync__return"), 30);
+    // recurse_phase is a RET-site phase: 2 levels per write, each entry and RET seen.
+    assert_eq!(count("wprof:recurse_phase"), 60);
+    assert_eq!(count("wprof:recurse_phase__ret0"), 60);
+}
