@@ -291,6 +291,18 @@ fn a_phase_left_by_longjmp_is_counted_as_abandoned() {
             summary(&run)
         );
         assert_eq!(u(node(&run, &["write_record"]), "count"), 200, "{mode}");
+        // The calls write_record makes after the longjmp are its own children, not nested in
+        // the abandoned risky_step (same stack slot, another call site).
+        assert_eq!(
+            risky["children"].as_array().map(Vec::len),
+            Some(0),
+            "{mode}\n{}",
+            summary(&run)
+        );
+        for phase in ["encode_record", "persist_block", "wal_append"] {
+            let n = node(&run, &["write_record", phase]);
+            assert_eq!(u(n, "count"), 200, "{mode} {phase}\n{}", summary(&run));
+        }
     }
 }
 

@@ -274,11 +274,32 @@ fn count_lost(node: u64) {
     }
 }
 
+/// Whether the code just before `ret` is a call instruction, i.e. `ret` is a genuine return
+/// address and not the uretprobe trampoline (the first slot of the kernel's page of probe
+/// instructions, preceded by unmapped memory or by another page's bytes). Covers the forms
+/// compilers emit: `call rel32`, `call *disp32(%rip)` (PLT-less calls through the GOT),
+/// `call *%reg` and `call *disp8/disp32(%reg)`.
+#[inline(always)]
+fn follows_call(ret: u64) -> bool {
+    // SAFETY: reads 8 bytes of the traced process's code; a fault just yields an error.
+    let Ok(b) = (unsafe { bpf_probe_read_user(ret.wrapping_sub(8) as *const [u8; 8]) }) else {
+        return false;
+    };
+    b[3] == 0xe8
+        || (b[2] == 0xff && b[3] == 0x15)
+        || (b[2] == 0xff && b[3] & 0xf8 == 0x90)
+        || (b[5] == 0xff && b[6] & 0xf8 == 0x50)
+        || (b[5] == 0x41 && b[6] == 0xff && b[7] & 0xf8 == 0xd0)
+        || (b[6] == 0xff && b[7] & 0xf8 == 0xd0)
+}
+
 /// Pops frames that were left without a return we saw (longjmp, exception): those whose entry
 /// stack pointer is below `sp`. With `entry_ret = Some(ret)` (an entry at `sp` whose return
-/// address is `ret`), a frame at exactly `sp` is stale too, unless it is a uretprobe frame with
-/// another return address: then the new call is a tail call made from it (its return address
-/// is the kernel's trampoline) and nests inside it.
+/// address is `ret`), a frame at exactly `sp` is stale too. The one exception is a uretprobe
+/// frame whose return slot the new call shares without a call instruction before it: the new
+/// call is then a tail call made from that frame (its return address is the kernel's
+/// trampoline) and nests inside it. A sibling called after a longjmp out of the frame returns
+/// to its own call site, after a call instruction, so the frame is stale.
 #[inline(always)]
 fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64>) {
     for _ in 0..MAX_DEPTH {
@@ -288,7 +309,9 @@ fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64>) {
         }
         let top = &st.frames[slot(len - 1)];
         let gone = match entry_ret {
-            Some(ret) if top.sp == sp => top.uretprobe == 0 || top.ret_addr == ret,
+            Some(ret) if top.sp == sp => {
+                top.uretprobe == 0 || top.ret_addr == ret || follows_call(ret)
+            }
             _ => top.sp < sp,
         };
         if !gone {
