@@ -38,6 +38,18 @@ pub enum Command {
     /// Write a profile as a bpftrace script or as `perf probe` commands (same probe sites as
     /// wprof), for hosts where wprof cannot run or to compare with the peers.
     Export(ExportArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (wprof.1), or write every page (one per subcommand) into --dir.
+    Man {
+        /// Write wprof.1 and wprof-SUBCOMMAND.1 here.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
     /// Check what this host can do (kernel, capabilities, BPF, uprobe_multi, tracefs...);
     /// exit 1 when attach cannot work here.
     Doctor(DoctorArgs),

@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod analyze;
 pub mod args;
 pub mod attach;
+pub mod cli_docs;
 pub mod collect;
 pub mod commands;
 pub mod doctor;

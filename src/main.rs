@@ -16,6 +16,11 @@ fn main() {
         Command::Check(c) => wprof::analyze::check::run(c),
         Command::Doctor(d) => wprof::doctor::run(d.json),
         Command::Export(e) => commands::export(e),
+        Command::Completions { shell } => {
+            wprof::cli_docs::completions(shell, &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man { dir } => wprof::cli_docs::man(dir.as_deref()),
     };
     match result {
         Ok(code) => std::process::exit(code),

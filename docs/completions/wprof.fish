@@ -1,0 +1,158 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_wprof_global_optspecs
+    string join \n h/help V/version
+end
+
+function __fish_wprof_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_wprof_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_wprof_using_subcommand
+    set -l cmd (__fish_wprof_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c wprof -n "__fish_wprof_needs_command" -s h -l help -d 'Print help'
+complete -c wprof -n "__fish_wprof_needs_command" -s V -l version -d 'Print version'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "attach" -d 'Attach to running processes and print the phase tree when the run ends (Ctrl-C, SIGTERM, --duration, or the exit of the last traced process)'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "record" -d 'Start a command with the probes already live, trace it to its exit, print the tree. Exits with the command\'s status'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "probes" -d 'Dry run: show what each phase of a profile resolves to, and what its probes cost'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "targets" -d 'List the built-in attach profiles'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "report" -d 'Re-render a saved run (--json output)'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "compare" -d 'Compare two runs node by node: deltas, significance, thresholds (exit 3 on failure)'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "check" -d 'Test hypotheses against a run: SUPPORTED / REFUTED / INCONCLUSIVE (exit 3 if refuted)'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "export" -d 'Write a profile as a bpftrace script or as `perf probe` commands (same probe sites as wprof), for hosts where wprof cannot run or to compare with the peers'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "completions" -d 'Print a shell completion script (bash, zsh, fish, elvish, powershell)'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "man" -d 'Print the man page (wprof.1), or write every page (one per subcommand) into --dir'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "doctor" -d 'Check what this host can do (kernel, capabilities, BPF, uprobe_multi, tracefs...); exit 1 when attach cannot work here'
+complete -c wprof -n "__fish_wprof_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -s p -l pid -d 'Process to trace (repeatable)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l duration -d 'Stop after this long (e.g. 500ms, 30s, 2m)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l return -d 'Force the return detection of every phase (default: each phase\'s own, `auto` picks RET-site probes for C++/Rust/Go and uretprobes for C)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l ring-size -d 'Ring buffer size (e.g. 64K, 8M). Too small a buffer loses events: they are counted' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l max-calls -d 'Keep at most this many root calls in the per-call table (JSON, --events); further calls are counted and still aggregated into the tree' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l skip -d 'Leave out calls that started during the first DURATION (warm-up)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l interval -d 'Append a snapshot of every node (JSON lines) to --snapshots each DURATION, so a long run can be watched and cut' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l snapshots -d 'Where --interval writes its JSON lines' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-sample -d 'Sample the traced threads\' stacks HZ times a second (software cpu-clock; user and kernel stacks, each prefixed by the phase open at that moment)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l out -d 'Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg, calls.csv, trace.json; cpu.folded/cpu.svg and offcpu.folded/offcpu.svg when sampled)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l json -d 'Write the run as JSON (schema v1, docs/json.md)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l folded -d 'Write folded stacks of self time, in ns (flamegraph.pl / inferno format)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l flamegraph -d 'Write a phase flamegraph (SVG) of wall time by phase path' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l events -d 'Write one CSV row per root call: start, thread, total and each phase\'s time inside it' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l trace -d 'Write a Chrome/Perfetto trace (JSON) of the recorded spans' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-folded -d 'Write the CPU samples as folded stacks (phase path, then user and kernel frames)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu-flamegraph -d 'Write the off-CPU flamegraph (SVG)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l follow-forks -d 'Also trace every process the traced ones fork from now on (e.g. the backends of a PostgreSQL postmaster), from their first instruction. The probes then sit on the probed objects for every process that maps them, and BPF drops the untraced ones: such a process pays one probe hit per call of a probed function (docs/profiles.md)'
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -s q -l quiet -d 'Do not print the tree on stdout (outputs still written)'
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu -d 'Track the time traced threads spend off the CPU, per phase, and where they block (sched:sched_switch)'
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l per-pid -d 'Also keep one tree per process (JSON `processes`) and print those instead of the merged tree'
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c wprof -n "__fish_wprof_using_subcommand record" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l duration -d 'Stop after this long (e.g. 500ms, 30s, 2m)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l return -d 'Force the return detection of every phase (default: each phase\'s own, `auto` picks RET-site probes for C++/Rust/Go and uretprobes for C)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l ring-size -d 'Ring buffer size (e.g. 64K, 8M). Too small a buffer loses events: they are counted' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l max-calls -d 'Keep at most this many root calls in the per-call table (JSON, --events); further calls are counted and still aggregated into the tree' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l skip -d 'Leave out calls that started during the first DURATION (warm-up)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l interval -d 'Append a snapshot of every node (JSON lines) to --snapshots each DURATION, so a long run can be watched and cut' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l snapshots -d 'Where --interval writes its JSON lines' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-sample -d 'Sample the traced threads\' stacks HZ times a second (software cpu-clock; user and kernel stacks, each prefixed by the phase open at that moment)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l out -d 'Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg, calls.csv, trace.json; cpu.folded/cpu.svg and offcpu.folded/offcpu.svg when sampled)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l json -d 'Write the run as JSON (schema v1, docs/json.md)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l folded -d 'Write folded stacks of self time, in ns (flamegraph.pl / inferno format)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l flamegraph -d 'Write a phase flamegraph (SVG) of wall time by phase path' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l events -d 'Write one CSV row per root call: start, thread, total and each phase\'s time inside it' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l trace -d 'Write a Chrome/Perfetto trace (JSON) of the recorded spans' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-folded -d 'Write the CPU samples as folded stacks (phase path, then user and kernel frames)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-flamegraph -d 'Write the off-CPU flamegraph (SVG)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -s q -l quiet -d 'Do not print the tree on stdout (outputs still written)'
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu -d 'Track the time traced threads spend off the CPU, per phase, and where they block (sched:sched_switch)'
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l per-pid -d 'Also keep one tree per process (JSON `processes`) and print those instead of the merged tree'
+complete -c wprof -n "__fish_wprof_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -s p -l pid -d 'Resolve against a running process' -r
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -l binary -d 'Resolve against a binary on disk (the profile\'s "exe")' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -l return -d 'Force the return detection of every phase' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c wprof -n "__fish_wprof_using_subcommand targets" -s h -l help -d 'Print help'
+complete -c wprof -n "__fish_wprof_using_subcommand report" -l format -d 'Output format' -r -f -a "tree\t'The text tree'
+json\t'The JSON run (schema v1)'
+folded\t'Folded stacks of self time (ns)'
+svg\t'A phase flamegraph'
+csv\t'One CSV row per root call'
+trace\t'Chrome/Perfetto trace JSON'
+cpu-folded\t'CPU samples as folded stacks (runs recorded with --cpu-sample)'
+cpu-svg\t'The CPU flamegraph'
+offcpu-folded\t'Off-CPU time as folded stacks (runs recorded with --off-cpu)'
+offcpu-svg\t'The off-CPU flamegraph'"
+complete -c wprof -n "__fish_wprof_using_subcommand report" -s o -l output -d 'Write to this file instead of stdout' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand report" -l tail -d 'Split root calls at this percentile (e.g. p95) and show, per phase, where the slow calls\' extra time went' -r
+complete -c wprof -n "__fish_wprof_using_subcommand report" -l first -d 'Show the first N root calls (cold caches, plan building) apart from the rest' -r
+complete -c wprof -n "__fish_wprof_using_subcommand report" -l per-pid -d 'Require per-process trees (runs recorded with --per-pid show them anyway): exit 2 when the run has none'
+complete -c wprof -n "__fish_wprof_using_subcommand report" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l by -d 'Align nodes by phase path (same profile) or by role path (different profiles)' -r -f -a "phase\t'By the path of phase names'
+role\t'By the path of roles (phases without a role keep their name)'"
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l min-effect -d 'Smallest relative change reported as a difference, e.g. 5% (significance alone is not enough: with 10^5 calls everything is significant)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l fail-if -d 'Fail (exit 3) when a threshold is crossed, e.g. \'total.p99 > +10%\' or \'write_record/wal_append.mean > +5%\' (repeatable)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l tail -d 'Split the root calls of both runs at this percentile, as `report --tail`' -r
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l json -d 'Also write the comparison as JSON' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l folded-diff -d 'Also write a differential folded file (base and new self time per stack)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l flamegraph -d 'Also write a differential flamegraph SVG: widths are the new run\'s time per root call, colors the change of each frame\'s inclusive time (red grew, blue shrank)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l cpu-flamegraph -d 'Also write a differential CPU flamegraph (both runs recorded with --cpu-sample): CPU time per root call by phase and stack' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -l off-cpu-flamegraph -d 'Also write a differential off-CPU flamegraph (both runs recorded with --off-cpu)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand compare" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c wprof -n "__fish_wprof_using_subcommand check" -l hypotheses -d 'The hypothesis file (TOML, see docs/hypotheses.md)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand check" -l json -d 'Also write the verdicts as JSON (for CI annotations)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand check" -l min-calls -d 'Fewer root calls than this make a verdict INCONCLUSIVE' -r
+complete -c wprof -n "__fish_wprof_using_subcommand check" -l confidence -d 'Confidence level of the intervals' -r
+complete -c wprof -n "__fish_wprof_using_subcommand check" -s h -l help -d 'Print help'
+complete -c wprof -n "__fish_wprof_using_subcommand export" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
+complete -c wprof -n "__fish_wprof_using_subcommand export" -s p -l pid -d 'Resolve against a running process' -r
+complete -c wprof -n "__fish_wprof_using_subcommand export" -l binary -d 'Resolve against a binary on disk (the profile\'s "exe")' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand export" -l return -d 'Force the return detection of every phase (as for attach)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+complete -c wprof -n "__fish_wprof_using_subcommand export" -s o -l output -d 'Write to this file instead of stdout' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand export" -l bpftrace -d 'Write a bpftrace script (run it as `bpftrace FILE PID`)'
+complete -c wprof -n "__fish_wprof_using_subcommand export" -l perf-probe -d 'Write a shell script of `perf probe` commands (`sh FILE add`, then perf record -e \'wprof:*\')'
+complete -c wprof -n "__fish_wprof_using_subcommand export" -s h -l help -d 'Print help (see more with \'--help\')'
+complete -c wprof -n "__fish_wprof_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c wprof -n "__fish_wprof_using_subcommand man" -l dir -d 'Write wprof.1 and wprof-SUBCOMMAND.1 here' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand man" -s h -l help -d 'Print help'
+complete -c wprof -n "__fish_wprof_using_subcommand doctor" -l json -d 'Print the checks as JSON (`attach_works` and one object per check)'
+complete -c wprof -n "__fish_wprof_using_subcommand doctor" -s h -l help -d 'Print help'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "attach" -d 'Attach to running processes and print the phase tree when the run ends (Ctrl-C, SIGTERM, --duration, or the exit of the last traced process)'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "record" -d 'Start a command with the probes already live, trace it to its exit, print the tree. Exits with the command\'s status'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "probes" -d 'Dry run: show what each phase of a profile resolves to, and what its probes cost'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "targets" -d 'List the built-in attach profiles'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "report" -d 'Re-render a saved run (--json output)'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "compare" -d 'Compare two runs node by node: deltas, significance, thresholds (exit 3 on failure)'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "check" -d 'Test hypotheses against a run: SUPPORTED / REFUTED / INCONCLUSIVE (exit 3 if refuted)'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "export" -d 'Write a profile as a bpftrace script or as `perf probe` commands (same probe sites as wprof), for hosts where wprof cannot run or to compare with the peers'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "completions" -d 'Print a shell completion script (bash, zsh, fish, elvish, powershell)'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "man" -d 'Print the man page (wprof.1), or write every page (one per subcommand) into --dir'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "doctor" -d 'Check what this host can do (kernel, capabilities, BPF, uprobe_multi, tracefs...); exit 1 when attach cannot work here'
+complete -c wprof -n "__fish_wprof_using_subcommand help; and not __fish_seen_subcommand_from attach record probes targets report compare check export completions man doctor help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
