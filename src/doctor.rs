@@ -308,7 +308,7 @@ fn tracefs() -> Check {
             format!("{} (kernel phases, --off-cpu, --follow-forks)", p.display()),
             "",
         ),
-        None if mounted("tracefs") => check(
+        None if crate::resolve::kernel::tracefs_mounted() => check(
             "tracefs",
             Verdict::Warn,
             "mounted but not readable by this user: kernel phases (syscall/tracepoint), \
@@ -323,14 +323,6 @@ fn tracefs() -> Check {
             "mount -t tracefs nodev /sys/kernel/tracing",
         ),
     }
-}
-
-/// Whether a file system of type `fstype` is mounted.
-fn mounted(fstype: &str) -> bool {
-    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| {
-        m.lines()
-            .any(|l| l.split_whitespace().nth(2) == Some(fstype))
-    })
 }
 
 fn pmu() -> Check {

@@ -27,7 +27,7 @@ symbol = "checksum"
 "#;
 
 const HINT: &str = "(the object is stripped: only exported functions are visible; install its \
-    debug symbols (e.g. postgresql-15-dbgsym) or set WPROF_DEBUG_DIRS)";
+    debug symbols (Debian: its package's -dbgsym, e.g. postgresql-15-dbgsym) or set WPROF_DEBUG_DIRS)";
 
 const WARNING: &str = "wprof: warning: phase 'checksum': checksum also has 2 inlined copies (in ";
 

@@ -57,13 +57,25 @@ pub struct KernelError {
     pub nearest: Vec<String>,
 }
 
+/// Whether a tracefs is mounted at all (it may be, and still not be readable by this user).
+pub fn tracefs_mounted() -> bool {
+    std::fs::read_to_string("/proc/mounts").is_ok_and(|m| {
+        m.lines()
+            .any(|l| l.split_whitespace().nth(2) == Some("tracefs"))
+    })
+}
+
 /// Finds the enter/exit tracepoints of a kernel phase.
 pub fn resolve_kernel_phase(phase: &Phase) -> Result<KernelPhase, KernelError> {
     let Some(root) = tracefs() else {
+        let reason = if tracefs_mounted() {
+            "tracefs is mounted but this user cannot read it (run as root, or remount it \
+             readable: mount -o remount,mode=755 /sys/kernel/tracing)"
+        } else {
+            "tracefs is not mounted (mount it with `mount -t tracefs nodev /sys/kernel/tracing`)"
+        };
         return Err(KernelError {
-            reason: "tracefs is not mounted (mount it with \
-                     `mount -t tracefs nodev /sys/kernel/tracing`)"
-                .into(),
+            reason: reason.into(),
             nearest: Vec::new(),
         });
     };

@@ -419,7 +419,7 @@ fn missing_hint(syms: &symbols::ObjectSymbols) -> Option<String> {
         (Some(dbg), _) => Some(format!("its debug file {dbg} was searched too")),
         (None, false) => Some(format!(
             "the object is stripped: only exported functions are visible; install its debug \
-             symbols (e.g. postgresql-15-dbgsym) or set {}{}",
+             symbols (Debian: its package's -dbgsym, e.g. postgresql-15-dbgsym) or set {}{}",
             debuginfo::ENV,
             notes.collect::<String>()
         )),

@@ -109,7 +109,7 @@ fn postgres_dynsym_and_nearest() {
     let text = err.to_string();
     let head = format!(
         "phase 'typo': no symbol 'heap_insrt' in {POSTGRES} (the object is stripped: only \
-        exported functions are visible; install its debug symbols (e.g. postgresql-15-dbgsym) \
+        exported functions are visible; install its debug symbols (Debian: its package's -dbgsym, e.g. postgresql-15-dbgsym) \
         or set WPROF_DEBUG_DIRS); nearest: heap_insert"
     );
     assert!(text.starts_with(&head), "{text}");
@@ -497,7 +497,7 @@ fn no_debug_file_leaves_symbols_unchanged_and_hints() {
     let phases = resolve_profile(&prof, &Scope::Binary(copy.clone())).unwrap();
     let canon = std::fs::canonicalize(&copy).unwrap();
     let hint = "(the object is stripped: only exported functions are visible; install its \
-        debug symbols (e.g. postgresql-15-dbgsym) or set WPROF_DEBUG_DIRS)";
+        debug symbols (Debian: its package's -dbgsym, e.g. postgresql-15-dbgsym) or set WPROF_DEBUG_DIRS)";
     match &by_name(&phases, "store").status {
         Status::Unresolved { reason, .. } => assert_eq!(
             reason,

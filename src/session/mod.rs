@@ -183,7 +183,7 @@ fn warn_untraced_mappers(phases: &[ResolvedPhase], traced: &[u32]) {
     let shown: Vec<String> = others.iter().take(8).map(|p| p.to_string()).collect();
     let more = if others.len() > 8 { ", ..." } else { "" };
     eprintln!(
-        "wprof: note: --follow-forks probes {} for every process; {} untraced process(es) map it \
+        "wprof: note: --follow-forks probes {} for every process; {} untraced process(es) map them \
          and pay ~1-12 µs per call of a probed function while wprof runs (pid {}{more})",
         objects.join(", "),
         others.len(),
