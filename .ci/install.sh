@@ -7,7 +7,8 @@ set -euo pipefail
 TC=nightly-2026-10-29          # keep in sync with rust-toolchain.toml
 BPF_LINKER_VERSION=0.13.0
 APT_PACKAGES=(curl ca-certificates build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils
-              libprotobuf-dev protobuf-compiler libzstd-dev libpq-dev)   # last line: the PAX fixture
+              libprotobuf-dev protobuf-compiler libzstd-dev libpq-dev    # the PAX fixture
+              qemu-system-x86 busybox-static)                             # vagrant/kernel-matrix.sh
 
 log() { printf '[install %s] %s\n' "$(date +%T)" "$*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -1,0 +1,177 @@
+#!/bin/busybox sh
+# shellcheck shell=dash
+# kernel-matrix-guest.sh - /init of the kernel matrix's initramfs (see kernel-matrix.sh).
+#
+# Runs as PID 1 under busybox sh inside a qemu guest booted from a Debian kernel package.
+# The initramfs holds busybox, /km/wprof, /km/writepath (the C fixture), the shared libraries
+# they need, and kernel-matrix.sh's files: smoke.toml (hypotheses on the fixture profile),
+# kernel.toml (a profile with an fdatasync syscall phase) and kernel-check.toml. Everything it reports goes to the serial console:
+#   KM@ begin NAME / KM@ end NAME   a block of raw output (doctor, record, attach, ...)
+#   KM@ set KEY VALUE               one result; kernel-matrix.sh builds its table from these
+# Then it powers the guest off. It never exits early: a failed step is reported and the
+# next one runs.
+
+ITER=200                 # write_record calls per smoke run
+WAIT_S=300               # longest wait for a "ready" or "attached" line (TCG is slow)
+W=/km/wprof
+FX=/km/writepath
+# every wal_sync writes and fdatasyncs a file: the syscall phase of kernel.toml
+FX_ARGS="--iterations $ITER --sync-file /tmp/sync"
+
+say() { echo "KM@ $*"; }
+up() { cut -d' ' -f1 /proc/uptime; }
+
+setup() {
+    /bin/busybox mkdir -p /proc /sys /dev /tmp /run /sbin /usr/bin /usr/sbin
+    /bin/busybox --install -s
+    export PATH=/km:/usr/sbin:/usr/bin:/sbin:/bin
+    mount -t proc proc /proc
+    mount -t sysfs sysfs /sys
+    mount -t devtmpfs devtmpfs /dev
+    mount -t tracefs nodev /sys/kernel/tracing || say "note tracefs mount failed"
+    mount -t debugfs nodev /sys/kernel/debug || say "note debugfs mount failed"
+    mount -t bpf bpf /sys/fs/bpf || say "note bpffs mount failed"
+    ulimit -l unlimited || say "note could not raise RLIMIT_MEMLOCK"
+}
+
+# show FILE : FILE on the console; a long one (a verifier log) cut to its head and tail,
+# since the emulated serial port is slow, unless km.full is on the kernel command line
+show() {
+    n=$(wc -l <"$1")
+    if [ "$n" -le 150 ] || grep -qw km.full /proc/cmdline; then
+        cat "$1"
+    else
+        head -n 60 "$1"
+        echo "[... $((n - 120)) lines left out; boot with km.full to see them ...]"
+        tail -n 60 "$1"
+    fi
+}
+
+# block NAME CMD... : runs CMD, its output between begin/end markers; returns its status
+block() {
+    name=$1
+    shift
+    say "begin $name"
+    "$@" >/tmp/block.out 2>&1
+    brc=$?
+    show /tmp/block.out
+    say "end $name rc=$brc"
+    return $brc
+}
+
+# wait_for PATTERN FILE PID : until FILE has a line matching PATTERN; fails when process PID
+# (the one writing FILE) has exited or after WAIT_S seconds
+wait_for() {
+    deadline=$(($(cut -d. -f1 /proc/uptime) + WAIT_S))
+    while ! grep -q "$1" "$2" 2>/dev/null; do
+        kill -0 "$3" 2>/dev/null || return 1
+        [ "$(cut -d. -f1 /proc/uptime)" -lt "$deadline" ] || return 1
+        sleep 0.2
+    done
+}
+
+# links_of STDERR_FILE : "POINTS LINKS" from wprof's "N probe points ... (M links" line
+links_of() {
+    sed -n 's/.* \([0-9][0-9]*\) probe points[^(]*(\([0-9][0-9]*\) links.*/\1 \2/p' "$1" | head -n1
+}
+
+# verify NAME HYPOTHESES : PASS if NAME.json has ITER root calls and the hypotheses hold
+verify() {
+    rows=$($W report "/tmp/$1.json" --format csv 2>/dev/null | wc -l)
+    if [ "$rows" -ne $((ITER + 1)) ]; then
+        echo "FAIL(rows=$((rows - 1)))"
+    elif ! block "$1-check" $W check --hypotheses "$2" "/tmp/$1.json" >&2; then
+        echo "FAIL(check)"
+    else
+        echo PASS
+    fi
+}
+
+# report NAME RC HYPOTHESES : KM@ set lines for one run (result, which link mechanism)
+report() {
+    LINKS=$(links_of "/tmp/$1.err")
+    say "set $1_links ${LINKS:-none}"
+    if [ "$2" -ne 0 ]; then
+        say "set $1 FAIL(rc=$2)"
+    else
+        say "set $1 $(verify "$1" "$3")"
+    fi
+}
+
+doctor() {
+    block doctor $W doctor
+    say "set doctor_rc $?"
+}
+
+record() {
+    say "begin record"
+    # shellcheck disable=SC2086 # FX_ARGS is a list of words
+    $W record --target fixture --json /tmp/record.json -- $FX $FX_ARGS \
+        >/tmp/record.out 2>/tmp/record.err
+    rc=$?
+    show /tmp/record.out
+    show /tmp/record.err
+    say "end record rc=$rc"
+    report record $rc /km/smoke.toml
+}
+
+# attach NAME PER_POINT TARGET HYPOTHESES [WPROF_ARGS...] : start the fixture waiting on a
+# fifo, attach to its pid (WPROF_PER_POINT_LINKS=PER_POINT), release it, check the run
+attach() {
+    name=$1 per_point=$2 target=$3 hyp=$4
+    shift 4
+    rm -f /tmp/go
+    mkfifo /tmp/go
+    # shellcheck disable=SC2086 # FX_ARGS is a list of words
+    $FX --wait $FX_ARGS </tmp/go >"/tmp/$name.fx" 2>&1 &
+    fx=$!
+    exec 3>/tmp/go
+    rc=1
+    say "begin $name"
+    if wait_for '^ready pid=' "/tmp/$name.fx" "$fx"; then
+        pid=$(sed -n 's/^ready pid=//p' "/tmp/$name.fx")
+        WPROF_PER_POINT_LINKS=$per_point $W attach --target "$target" --pid "$pid" "$@" \
+            --json "/tmp/$name.json" >"/tmp/$name.out" 2>"/tmp/$name.err" &
+        wp=$!
+        wait_for 'attached' "/tmp/$name.err" "$wp" || echo "wprof never printed 'attached'"
+        echo go >&3
+        exec 3>&-
+        wait "$wp"
+        rc=$?
+    else
+        echo "fixture never printed 'ready pid='"
+        exec 3>&-
+    fi
+    wait "$fx"
+    show "/tmp/$name.fx"
+    show "/tmp/$name.out"
+    show "/tmp/$name.err"
+    say "end $name rc=$rc"
+    report "$name" "$rc" "$hyp"
+}
+
+main() {
+    setup
+    say "set release $(uname -r)"
+    say "set boot_s $(up)"
+    doctor
+    record
+    attach attach "" fixture /km/smoke.toml
+    # per-point links forced: only new where the plain attach used uprobe_multi (fewer links)
+    if [ -z "$LINKS" ]; then
+        say "set perpoint not run (attach failed)"
+    elif [ "${LINKS#* }" -lt "${LINKS% *}" ]; then
+        attach perpoint 1 fixture /km/smoke.toml
+    else
+        say "set perpoint same as attach"
+    fi
+    # the kernel-side programs: syscall tracepoints, sched_switch, cpu-clock sampling, fork
+    attach kernel "" /km/kernel.toml /km/kernel-check.toml \
+        --off-cpu --cpu-sample 99 --follow-forks
+    say "set run_s $(up)"
+    say "done"
+    sync
+    poweroff -f
+}
+
+main
