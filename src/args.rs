@@ -62,18 +62,12 @@ pub struct ExportArgs {
     /// Profile.
     #[command(flatten)]
     pub target: TargetArgs,
-    /// Resolve against a running process.
-    #[arg(long, short = 'p', conflicts_with = "binary", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pid: Option<u32>,
-    /// Resolve against a binary on disk (the profile's "exe").
-    #[arg(long, value_name = "PATH")]
-    pub binary: Option<PathBuf>,
+    /// What to resolve against.
+    #[command(flatten)]
+    pub resolve: ResolveArgs,
     /// Write a bpftrace script (run it as `bpftrace FILE PID`).
     #[arg(long)]
     pub bpftrace: bool,
-    /// Force the return detection of every phase (as for attach).
-    #[arg(long = "return", value_enum, value_name = "MODE")]
-    pub return_mode: Option<ReturnArg>,
     /// Write a shell script of `perf probe` commands (`sh FILE add`, then perf record -e 'wprof:*').
     #[arg(long)]
     pub perf_probe: bool,
@@ -218,21 +212,29 @@ pub struct RecordArgs {
     pub command: Vec<String>,
 }
 
-/// `wprof probes`.
+/// What `probes` and `export` resolve a profile against, without attaching.
 #[derive(Debug, Args)]
-pub struct ProbesArgs {
-    /// Profile.
-    #[command(flatten)]
-    pub target: TargetArgs,
+pub struct ResolveArgs {
     /// Resolve against a running process.
     #[arg(long, short = 'p', conflicts_with = "binary", value_parser = clap::value_parser!(u32).range(1..))]
     pub pid: Option<u32>,
     /// Resolve against a binary on disk (the profile's "exe").
     #[arg(long, value_name = "PATH")]
     pub binary: Option<PathBuf>,
-    /// Force the return detection of every phase.
+    /// Force the return detection of every phase (as for attach).
     #[arg(long = "return", value_enum, value_name = "MODE")]
     pub return_mode: Option<ReturnArg>,
+}
+
+/// `wprof probes`.
+#[derive(Debug, Args)]
+pub struct ProbesArgs {
+    /// Profile.
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// What to resolve against.
+    #[command(flatten)]
+    pub resolve: ResolveArgs,
 }
 
 /// `wprof report`.

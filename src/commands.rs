@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 
-use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat};
+use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat, ResolveArgs};
 use crate::error::WprofError;
 use crate::probe_cost;
 use crate::profile::{Profile, BUILTIN};
@@ -29,10 +29,7 @@ pub fn targets() -> Result<i32> {
 /// `wprof probes`: one row per phase with what it resolved to; exit 4 if a required phase
 /// did not resolve.
 pub fn probes(a: ProbesArgs) -> Result<i32> {
-    let profile = Profile::load(&a.target.target)?;
-    let scope = scope_of(a.pid, &a.binary, "probes")?;
-    let profile = session::override_returns(&profile, a.return_mode.map(Into::into));
-    let phases = resolve::resolve_profile(&profile, &scope)?;
+    let (profile, phases) = load_and_resolve(&a.target.target, &a.resolve, "probes")?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -128,24 +125,30 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-/// What `--pid` / `--binary` name, for the commands that resolve without attaching.
-fn scope_of(pid: Option<u32>, binary: &Option<std::path::PathBuf>, cmd: &str) -> Result<Scope> {
-    match (pid, binary) {
-        (Some(pid), _) => Ok(Scope::Pids(vec![pid])),
-        (None, Some(b)) => Ok(Scope::Binary(b.clone())),
+/// Loads `target` and resolves it as `--pid` / `--binary` / `--return` say, for the commands
+/// that resolve without attaching (`cmd` names the command in errors).
+fn load_and_resolve(
+    target: &str,
+    r: &ResolveArgs,
+    cmd: &str,
+) -> Result<(Profile, Vec<resolve::ResolvedPhase>)> {
+    let profile = Profile::load(target)?;
+    let scope = match (r.pid, &r.binary) {
+        (Some(pid), _) => Scope::Pids(vec![pid]),
+        (None, Some(b)) => Scope::Binary(b.clone()),
         (None, None) => {
-            Err(WprofError::Usage(format!("{cmd} needs --pid PID or --binary PATH")).into())
+            return Err(WprofError::Usage(format!("{cmd} needs --pid PID or --binary PATH")).into())
         }
-    }
+    };
+    let profile = session::override_returns(&profile, r.return_mode.map(Into::into));
+    let phases = resolve::resolve_profile(&profile, &scope)?;
+    Ok((profile, phases))
 }
 
 /// `wprof export`: the profile as a bpftrace script or `perf probe` commands. Unresolved
 /// phases are left out with a comment; a required one is exit 4, as for attach.
 pub fn export(a: ExportArgs) -> Result<i32> {
-    let profile = Profile::load(&a.target.target)?;
-    let scope = scope_of(a.pid, &a.binary, "export")?;
-    let profile = session::override_returns(&profile, a.return_mode.map(Into::into));
-    let phases = resolve::resolve_profile(&profile, &scope)?;
+    let (profile, phases) = load_and_resolve(&a.target.target, &a.resolve, "export")?;
     if let Some(err) = resolve::unresolved_required(&phases, &profile) {
         return Err(err.into());
     }

@@ -319,7 +319,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__export)
-            opts="-t -p -o -h --target --pid --binary --bpftrace --return --perf-probe --output --help"
+            opts="-t -p -o -h --target --pid --binary --return --bpftrace --perf-probe --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -93,7 +93,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -s h -l help -d 'Pri
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s p -l pid -d 'Resolve against a running process' -r
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -l binary -d 'Resolve against a binary on disk (the profile\'s "exe")' -r -F
-complete -c wprof -n "__fish_wprof_using_subcommand probes" -l return -d 'Force the return detection of every phase' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -l return -d 'Force the return detection of every phase (as for attach)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
 uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s h -l help -d 'Print help (see more with \'--help\')'
