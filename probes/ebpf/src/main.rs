@@ -203,7 +203,11 @@ fn inside(st: &ThreadStack, under: u32) -> bool {
     }
     let len = st.len as usize;
     for i in 0..MAX_DEPTH {
-        if i >= len {
+        // Volatile: otherwise LLVM rewrites the exit test as `i != min(len, MAX_DEPTH)`, from
+        // which 6.1's verifier learns no bound (6.12's does): it walks i past 127 until "The
+        // sequence of 8193 jumps is too complex" (EFAULT).
+        // SAFETY: reading a local through a valid reference.
+        if i >= unsafe { core::ptr::read_volatile(&len) } {
             break;
         }
         if st.frames[slot(i)].phase == under - 1 {
@@ -914,10 +918,11 @@ fn emit_stack(kind: EventKind, key: u64, weight: u64, user_stack: i32, kernel_st
                 }
                 i -= 1;
                 let f = &st.frames[slot(i)];
-                if f.uretprobe != 0 {
-                    ev.pending_returns[n & (MAX_PENDING_RETURNS - 1)] = f.ret_addr;
-                    n += 1;
-                }
+                // Without a branch (uretprobe is 0 or 1; a slot written for another frame is
+                // overwritten or lies past npending): one path per frame instead of two keeps
+                // 6.1's verifier under its 1M-instruction limit.
+                ev.pending_returns[n & (MAX_PENDING_RETURNS - 1)] = f.ret_addr;
+                n += (f.uretprobe & 1) as usize;
             }
             ev.npending = n as u32;
         }
