@@ -10,7 +10,7 @@ use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, S
 use aya::programs::{PerfEvent, TracePoint, UProbe};
 use wprof_common::{config, TracepointRole, SYS_EXIT_BIT};
 
-use super::Tracer;
+use super::{verified, Tracer};
 use crate::resolve::kernel::{tracefs, Tracepoint};
 use crate::resolve::{ResolvedPhase, Status};
 
@@ -64,8 +64,7 @@ impl Tracer {
                 };
                 let (prog, first) = self.extra_program::<TracePoint>(name)?;
                 if first {
-                    prog.load()
-                        .with_context(|| format!("verify and load BPF program {name}"))?;
+                    verified(name, prog.load())?;
                 }
                 prog.attach(&tp.category, &tp.name)
                     .with_context(|| format!("attach tracepoint {tp}"))?;
@@ -127,8 +126,7 @@ impl Tracer {
         ] {
             let (prog, first) = self.extra_program::<TracePoint>(name)?;
             if first {
-                prog.load()
-                    .with_context(|| format!("verify and load BPF program {name}"))?;
+                verified(name, prog.load())?;
             }
             prog.attach("sched", event).with_context(|| {
                 format!("attach tracepoint sched:{event} (is tracefs mounted?)")
@@ -145,8 +143,7 @@ impl Tracer {
         self.set_config(config::SCHED_NEXT_PID, next)?;
         let (prog, first) = self.extra_program::<TracePoint>(SCHED_SWITCH_PROG)?;
         if first {
-            prog.load()
-                .context("verify and load the sched_switch program")?;
+            verified(SCHED_SWITCH_PROG, prog.load())?;
         }
         prog.attach("sched", "sched_switch")
             .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")?;
@@ -160,8 +157,7 @@ impl Tracer {
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
         let (prog, first) = self.extra_program::<PerfEvent>(CPU_SAMPLE_PROG)?;
         if first {
-            prog.load()
-                .context("verify and load the CPU sampling program")?;
+            verified(CPU_SAMPLE_PROG, prog.load())?;
         }
         for &cpu in &cpus {
             prog.attach(

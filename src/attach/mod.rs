@@ -122,10 +122,7 @@ impl Tracer {
             detached: false,
         };
         for name in progs.all() {
-            tracer
-                .program(name)?
-                .load()
-                .with_context(|| format!("verify and load BPF program {name}"))?;
+            verified(name, tracer.program(name)?.load())?;
         }
         Ok(tracer)
     }
@@ -261,8 +258,7 @@ impl Tracer {
         const PROG: &str = "wprof_dl_state";
         let (prog, first) = self.extra_program::<UProbe>(PROG)?;
         if first {
-            prog.load()
-                .with_context(|| format!("verify and load BPF program {PROG}"))?;
+            verified(PROG, prog.load())?;
         }
         let scopes: Vec<UProbeScope> = if every_process {
             vec![UProbeScope::AllProcesses]
@@ -320,6 +316,33 @@ fn point(file_offset: u64, cookie: u64) -> UProbeAttachPoint<'static> {
     }
 }
 
+/// Verifier log lines kept in a load error (the cause is at the end of the log; a whole log
+/// can be tens of thousands of lines on an older kernel).
+const VERIFIER_TAIL: usize = 20;
+
+/// The result of loading program `name`, with a load error's verifier log cut to its last
+/// lines. Set `WPROF_VERIFIER_LOG=1` to keep all of it.
+pub(crate) fn verified(name: &str, r: Result<(), aya::programs::ProgramError>) -> Result<()> {
+    match r {
+        Ok(()) => Ok(()),
+        Err(aya::programs::ProgramError::LoadError {
+            io_error,
+            verifier_log,
+        }) if std::env::var("WPROF_VERIFIER_LOG").map_or(true, |v| v != "1") => {
+            let log = verifier_log.to_string();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(VERIFIER_TAIL)..].join("\n");
+            Err(anyhow::anyhow!(
+                "verify and load BPF program {name}: the kernel refused it ({io_error}); last \
+                 {} of {} verifier log lines (WPROF_VERIFIER_LOG=1 for all):\n{tail}",
+                lines.len().min(VERIFIER_TAIL),
+                lines.len()
+            ))
+        }
+        Err(e) => Err(anyhow::Error::new(e).context(format!("verify and load BPF program {name}"))),
+    }
+}
+
 /// Whether a process exists and has not exited (a zombie counts as exited).
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
@@ -331,5 +354,29 @@ pub fn process_alive(pid: u32) -> bool {
             !matches!(state, Some("Z") | Some("X") | None)
         }
         Err(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_program_keeps_the_end_of_its_verifier_log() {
+        let log: String = (1..=500).map(|i| format!("insn {i}\n")).collect();
+        let err = aya::programs::ProgramError::LoadError {
+            io_error: std::io::Error::from_raw_os_error(libc::E2BIG),
+            verifier_log: aya_obj::VerifierLog::new(log + "BPF program is too large"),
+        };
+        let text = format!("{:#}", verified("wprof_x", Err(err)).unwrap_err());
+        assert!(text.starts_with("verify and load BPF program wprof_x: the kernel refused it"));
+        assert!(text.contains("last 20 of 501 verifier log lines"), "{text}");
+        assert!(
+            text.ends_with("insn 500\nBPF program is too large"),
+            "{text}"
+        );
+        assert!(!text.contains("insn 481\n"), "{text}");
+        assert_eq!(text.lines().count(), 21);
+        assert!(verified("wprof_x", Ok(())).is_ok());
     }
 }
