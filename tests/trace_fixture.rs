@@ -522,3 +522,60 @@ optional = true
     let n = u(node(&run, &["write_batch"]), "count");
     assert!((50..=60).contains(&n), "{n} of 60 calls seen");
 }
+
+#[test]
+fn a_tail_call_out_of_a_phase_nests_with_uretprobes_and_closes_it_with_ret_sites() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let profile = dir.path().join("tailcall.toml");
+    std::fs::write(
+        &profile,
+        "name = \"tailcall\"\nobject = \"exe\"\n\
+         [[phase]]\nname = \"start\"\nsymbol = \"start\"\n\
+         [[phase]]\nname = \"finish\"\nsymbol = \"finish\"\n\
+         [[phase]]\nname = \"other\"\nsymbol = \"other\"\n",
+    )
+    .unwrap();
+    for mode in ["uretprobe", "ret-sites"] {
+        let json = dir.path().join(format!("{mode}.json"));
+        let out = common::run(
+            wprof()
+                .args([
+                    "record",
+                    "--target",
+                    profile.to_str().unwrap(),
+                    "--return",
+                    mode,
+                ])
+                .arg("--json")
+                .arg(&json)
+                .arg("--")
+                .arg(fixture("tailcall"))
+                .arg("300"),
+        );
+        assert!(out.status.success(), "{}", text(&out));
+        let run = read_json(&json);
+        let sum = summary(&run);
+        if mode == "uretprobe" {
+            // start's return slot holds the kernel's trampoline when finish is entered by
+            // `jmp`: finish is inside start, whose uretprobe fires when finish returns.
+            assert_eq!(u(node(&run, &["start"]), "count"), 300, "{sum}");
+            assert_eq!(u(node(&run, &["start", "finish"]), "count"), 300, "{sum}");
+        } else {
+            // The tail JMP is one of start's exit sites: start ends there, finish follows it.
+            assert_eq!(u(node(&run, &["start"]), "count"), 300, "{sum}");
+            assert_eq!(u(node(&run, &["finish"]), "count"), 300, "{sum}");
+        }
+        // other, called from main's own call site next, is never nested in start.
+        assert_eq!(u(node(&run, &["other"]), "count"), 300, "{mode}: {sum}");
+        let c = &run["counters"];
+        assert_eq!(
+            (u(c, "abandoned"), u(c, "unmatched_returns")),
+            (0, 0),
+            "{mode}: {sum}"
+        );
+    }
+}
