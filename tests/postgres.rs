@@ -85,6 +85,12 @@ impl Attach {
     }
 }
 
+/// The skip rule and the lock of the tests that need both BPF and PostgreSQL: None when they
+/// cannot run here (a failure instead under WPROF_REQUIRE_BPF=1, see `wprof::testing`).
+fn pg_and_bpf() -> Option<std::sync::MutexGuard<'static, ()>> {
+    (bpf_available() && pg::available()).then(bpf_lock)
+}
+
 /// What a test of one traced backend works with. Bind every field when destructuring (`..`
 /// would drop the cluster, or the run's directory, on the spot).
 struct TracedBackend {
@@ -188,10 +194,7 @@ const COPY: u32 = 3000;
 
 #[test]
 fn insert_multi_row_insert_and_copy_give_exact_counts_and_the_write_path_shape() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     // A primary key and one more index: every row costs two btinsert calls.
     let TracedBackend {
         pg: _pg,
@@ -290,10 +293,7 @@ fn insert_multi_row_insert_and_copy_give_exact_counts_and_the_write_path_shape()
 
 #[test]
 fn an_error_mid_insert_leaves_the_tree_consistent_and_the_backend_alive() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     let TracedBackend {
         pg: _pg,
         mut s,
@@ -341,10 +341,7 @@ fn an_error_mid_insert_leaves_the_tree_consistent_and_the_backend_alive() {
 
 #[test]
 fn follow_forks_traces_backends_started_after_the_attach_each_in_its_own_tree() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     let pg = Pg::start();
     pg.psql("CREATE TABLE f (id int PRIMARY KEY);");
     let postmaster = pg.postmaster_pid();
@@ -418,10 +415,7 @@ fn follow_forks_traces_backends_started_after_the_attach_each_in_its_own_tree() 
 
 #[test]
 fn several_postmasters_at_once_each_backend_labelled_with_its_server() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     // Two servers on one host, as a Cloudberry host runs one postmaster per segment.
     let seg = [Pg::start(), Pg::start()];
     for pg in &seg {
@@ -478,10 +472,7 @@ fn several_postmasters_at_once_each_backend_labelled_with_its_server() {
 
 #[test]
 fn under_keeps_catalog_inserts_out_and_retval_capture_works() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     let TracedBackend {
         pg: _pg,
         mut s,
@@ -541,10 +532,7 @@ unit = "bytes"
 
 #[test]
 fn a_run_ends_cleanly_when_the_backend_exits_or_the_server_restarts() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     let pg = Pg::start();
     let dir = tempdir();
 
@@ -589,10 +577,7 @@ fn a_run_ends_cleanly_when_the_backend_exits_or_the_server_restarts() {
 
 #[test]
 fn an_extension_loaded_after_the_attach_is_traced_from_its_first_call() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     let TracedBackend {
         pg: _pg,
         mut s,
@@ -646,10 +631,7 @@ symbol = "heap_insert"
 
 #[test]
 fn an_extension_that_is_never_loaded_is_a_single_warning() {
-    if !bpf_available() || !pg::available() {
-        return;
-    }
-    let _g = bpf_lock();
+    let Some(_g) = pg_and_bpf() else { return };
     let TracedBackend {
         pg: _pg,
         mut s,
