@@ -12,6 +12,7 @@
 
 use anyhow::Result;
 
+use crate::args::TraceArgs;
 use crate::attach::Tracer;
 use crate::profile::{Phase, Profile};
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
@@ -143,6 +144,32 @@ impl LateAttach {
             if let Some(slot) = phases.iter_mut().find(|p| p.id == late.id) {
                 *slot = late;
             }
+        }
+    }
+}
+
+/// Optional phases whose library was nowhere to be found: watches the traced processes'
+/// dynamic loader so they are attached when it maps the library. A watch that cannot be set
+/// up is a warning (those phases then stay unattached, as without it).
+pub fn watch_dlopen(
+    tracer: &mut Tracer,
+    profile: &Profile,
+    phases: &[ResolvedPhase],
+    pids: &[u32],
+    every_process: bool,
+    t: &TraceArgs,
+) -> Option<LateAttach> {
+    let effective = super::override_returns(profile, t.return_mode.map(Into::into));
+    let late = LateAttach::new(&effective, phases, pids, every_process)?;
+    let names = late.pending_names().join(", ");
+    match late.watch(tracer) {
+        Ok(()) => {
+            eprintln!("wprof: watching dlopen for the library of phase(s) {names}");
+            Some(late)
+        }
+        Err(e) => {
+            eprintln!("wprof: warning: {e:#}; phase(s) {names} stay unattached");
+            None
         }
     }
 }

@@ -53,10 +53,10 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     }
     let summary = tracer.attach(&phases, &a.pid, a.follow_forks)?;
     if a.follow_forks {
-        warn_untraced_mappers(&phases, &a.pid);
+        processes::note_untraced_mappers(&phases, &a.pid);
     }
     let kernel = attach_kernel_side(&mut tracer, &phases, &a.pid, &a.trace)?;
-    let mut late = watch_dlopen(
+    let mut late = late::watch_dlopen(
         &mut tracer,
         &profile,
         &phases,
@@ -127,7 +127,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
             return Err(e);
         }
     };
-    let mut late = watch_dlopen(
+    let mut late = late::watch_dlopen(
         &mut tracer,
         &profile,
         &phases,
@@ -165,56 +165,6 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     run.provenance.command = Some(r.command.clone());
     write_outputs(&run, &r.outputs, r.trace.quiet)?;
     Ok(status)
-}
-
-/// Under `--follow-forks` the probes sit on the objects for every process: say which
-/// untraced processes map them and so pay a probe hit per probed call while wprof runs.
-fn warn_untraced_mappers(phases: &[ResolvedPhase], traced: &[u32]) {
-    let mut objects: Vec<String> = phases
-        .iter()
-        .flat_map(|p| p.targets.iter().map(|t| t.display_object.clone()))
-        .collect();
-    objects.sort();
-    objects.dedup();
-    let others = processes::others_mapping(&objects, traced);
-    if others.is_empty() {
-        return;
-    }
-    let shown: Vec<String> = others.iter().take(8).map(|p| p.to_string()).collect();
-    let more = if others.len() > 8 { ", ..." } else { "" };
-    eprintln!(
-        "wprof: note: --follow-forks probes {} for every process; {} untraced process(es) map them \
-         and pay ~1-12 µs per call of a probed function while wprof runs (pid {}{more})",
-        objects.join(", "),
-        others.len(),
-        shown.join(", ")
-    );
-}
-
-/// Optional phases whose library was nowhere to be found: watches the traced processes'
-/// dynamic loader so they are attached when it maps the library. A watch that cannot be set
-/// up is a warning (those phases then stay unattached, as without it).
-fn watch_dlopen(
-    tracer: &mut Tracer,
-    profile: &Profile,
-    phases: &[ResolvedPhase],
-    pids: &[u32],
-    every_process: bool,
-    t: &TraceArgs,
-) -> Option<late::LateAttach> {
-    let effective = override_returns(profile, t.return_mode.map(Into::into));
-    let late = late::LateAttach::new(&effective, phases, pids, every_process)?;
-    let names = late.pending_names().join(", ");
-    match late.watch(tracer) {
-        Ok(()) => {
-            eprintln!("wprof: watching dlopen for the library of phase(s) {names}");
-            Some(late)
-        }
-        Err(e) => {
-            eprintln!("wprof: warning: {e:#}; phase(s) {names} stay unattached");
-            None
-        }
-    }
 }
 
 /// Test hook: `WPROF_TEST_PAUSE_BEFORE_ATTACH_MS` holds attach back so the tests can make a

@@ -8,6 +8,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use crate::resolve::ResolvedPhase;
+
 /// How often the labels of live processes are read again.
 const REFRESH: Duration = Duration::from_millis(500);
 
@@ -138,6 +140,30 @@ pub fn others_mapping(objects: &[String], traced: &[u32]) -> Vec<u32> {
         .collect();
     out.sort_unstable();
     out
+}
+
+/// Under `--follow-forks` the probes sit on the objects for every process: say which
+/// untraced processes map them and so pay a probe hit per probed call while wprof runs.
+pub fn note_untraced_mappers(phases: &[ResolvedPhase], traced: &[u32]) {
+    let mut objects: Vec<String> = phases
+        .iter()
+        .flat_map(|p| p.targets.iter().map(|t| t.display_object.clone()))
+        .collect();
+    objects.sort();
+    objects.dedup();
+    let others = others_mapping(&objects, traced);
+    if others.is_empty() {
+        return;
+    }
+    let shown: Vec<String> = others.iter().take(8).map(|p| p.to_string()).collect();
+    let more = if others.len() > 8 { ", ..." } else { "" };
+    eprintln!(
+        "wprof: note: --follow-forks probes {} for every process; {} untraced process(es) map them \
+         and pay ~1-12 µs per call of a probed function while wprof runs (pid {}{more})",
+        objects.join(", "),
+        others.len(),
+        shown.join(", ")
+    );
 }
 
 #[cfg(test)]
