@@ -289,12 +289,16 @@ fn follows_call(ret: u64) -> bool {
     let Ok(b) = (unsafe { bpf_probe_read_user(ret.wrapping_sub(8) as *const [u8; 8]) }) else {
         return false;
     };
-    b[3] == 0xe8
-        || (b[2] == 0xff && b[3] == 0x15)
-        || (b[2] == 0xff && b[3] & 0xf8 == 0x90)
-        || (b[5] == 0xff && b[6] & 0xf8 == 0x50)
-        || (b[5] == 0x41 && b[6] == 0xff && b[7] & 0xf8 == 0xd0)
-        || (b[6] == 0xff && b[7] & 0xf8 == 0xd0)
+    // b[7] is the byte just before `ret`. ModRM reg field 2 (/2) is CALL.
+    b[3] == 0xe8 // call rel32
+        || (b[2] == 0xff && b[3] == 0x15) // call *disp32(%rip)
+        || (b[2] == 0xff && b[3] & 0xf8 == 0x90) // call *disp32(%reg)
+        || (b[5] == 0xff && b[6] & 0xf8 == 0x50) // call *disp8(%reg) (C++ virtual calls)
+        || (b[4] == 0x41 && b[5] == 0xff && b[6] & 0xf8 == 0x50) // call *disp8(%r8-r15)
+        || (b[6] == 0xff && b[7] & 0xf8 == 0x10) // call *(%reg)
+        || (b[5] == 0x41 && b[6] == 0xff && b[7] & 0xf8 == 0x10) // call *(%r8-r15)
+        || (b[6] == 0xff && b[7] & 0xf8 == 0xd0) // call *%reg
+        || (b[5] == 0x41 && b[6] == 0xff && b[7] & 0xf8 == 0xd0) // call *%r8-r15
 }
 
 /// Pops frames that were left without a return we saw (longjmp, exception): those whose entry
