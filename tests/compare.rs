@@ -124,7 +124,8 @@ fn fail_if_thresholds_exit_codes_and_outputs() {
     let _g = bpf_lock();
     let dir = tempdir();
     let base = rec(dir.path(), "base.json", "fixture", &args("20", "100"));
-    let new = rec(dir.path(), "new.json", "fixture", &args("24", "100"));
+    // +40%: far from both thresholds below, even when a busy host preempts the spinning phases.
+    let new = rec(dir.path(), "new.json", "fixture", &args("28", "100"));
 
     let expr = format!("{COMPRESS}.mean > +10%");
     let (o, v) = compare(&base, &new, &["--fail-if", &expr]);
@@ -132,7 +133,7 @@ fn fail_if_thresholds_exit_codes_and_outputs() {
     assert_eq!(v["failed"][0], expr.as_str());
     assert!(String::from_utf8_lossy(&o.stdout).contains("FAILED"));
 
-    let loose = format!("{COMPRESS}.mean > +50%");
+    let loose = format!("{COMPRESS}.mean > +100%");
     let (o, v) = compare(
         &base,
         &new,
