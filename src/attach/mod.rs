@@ -198,20 +198,7 @@ impl Tracer {
                 }
             }
         }
-        let scopes: Vec<(UProbeScope, u32)> = if every_process {
-            vec![(
-                UProbeScope::AllProcesses,
-                pids.first().copied().unwrap_or(0),
-            )]
-        } else {
-            pids.iter()
-                .map(|&pid| {
-                    NonZeroU32::new(pid)
-                        .map(|p| (UProbeScope::OneProcess(p), pid))
-                        .ok_or_else(|| WprofError::Usage("pid 0".into()))
-                })
-                .collect::<Result<_, _>>()?
-        };
+        let scopes = scopes(pids, every_process)?;
         for (scope, pid) in scopes {
             for (prog, target, points) in &plan {
                 let what = format!("{} probe points in {}", points.len(), target.display_object);
@@ -260,14 +247,7 @@ impl Tracer {
         if first {
             verified(PROG, prog.load())?;
         }
-        let scopes: Vec<UProbeScope> = if every_process {
-            vec![UProbeScope::AllProcesses]
-        } else {
-            pids.iter()
-                .filter_map(|&p| NonZeroU32::new(p).map(UProbeScope::OneProcess))
-                .collect()
-        };
-        for scope in scopes {
+        for (scope, _) in scopes(pids, every_process)? {
             prog.attach(
                 [UProbeAttachLocation::AbsoluteOffset(ld.entry.file_offset)],
                 &ld.object,
@@ -307,6 +287,24 @@ impl Drop for Tracer {
     fn drop(&mut self) {
         self.detach();
     }
+}
+
+/// Where probes go: once for every process mapping the object (`every_process`, reported
+/// under the first pid), or once per pid.
+fn scopes(pids: &[u32], every_process: bool) -> Result<Vec<(UProbeScope, u32)>> {
+    if every_process {
+        return Ok(vec![(
+            UProbeScope::AllProcesses,
+            pids.first().copied().unwrap_or(0),
+        )]);
+    }
+    pids.iter()
+        .map(|&pid| {
+            NonZeroU32::new(pid)
+                .map(|p| (UProbeScope::OneProcess(p), pid))
+                .ok_or_else(|| WprofError::Usage("pid 0".into()).into())
+        })
+        .collect()
 }
 
 fn point(file_offset: u64, cookie: u64) -> UProbeAttachPoint<'static> {

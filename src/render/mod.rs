@@ -10,6 +10,8 @@ mod folded;
 mod footer;
 mod json;
 mod stack_flamegraph;
+#[cfg(test)]
+mod svg_frames;
 mod text;
 pub mod units;
 

@@ -14,7 +14,7 @@ use anyhow::Result;
 
 use crate::args::TraceArgs;
 use crate::attach::Tracer;
-use crate::profile::{Phase, Profile};
+use crate::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
 
 /// The dynamic loader's soname on x86-64 glibc, and its hook.
@@ -56,27 +56,13 @@ impl LateAttach {
 
     /// Puts the probe on the dynamic loader of the traced processes.
     pub fn watch(&self, tracer: &mut Tracer) -> Result<()> {
-        let hook = Profile {
-            name: "dynamic loader".into(),
-            description: String::new(),
-            object: LOADER.into(),
-            phases: vec![Phase {
-                name: "dl_debug_state".into(),
-                symbol: Some(LOADER_HOOK.into()),
-                object: None,
-                role: None,
-                optional: false,
-                return_mode: crate::profile::ReturnMode::Uretprobe,
-                all_matches: false,
-                syscall: None,
-                tracepoint: None,
-                arg: None,
-                unit: None,
-                under: None,
-            }],
-            source: String::new(),
-            origin: "builtin:dynamic-loader".into(),
-        };
+        let hook = Profile::parse(
+            &format!(
+                "name = \"dynamic loader\"\nobject = \"{LOADER}\"\n\
+                 [[phase]]\nname = \"dl_debug_state\"\nsymbol = \"{LOADER_HOOK}\"\n"
+            ),
+            "builtin:dynamic-loader",
+        )?;
         let resolved = resolve::resolve_profile(&hook, &Scope::Pids(self.pids.clone()))?;
         match resolved.first().map(|p| (&p.status, p.targets.first())) {
             Some((Status::Resolved, Some(ld))) => {

@@ -6,9 +6,11 @@
 //! the run) and refreshed, because a forked child only sets its title after the fork.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::resolve::ResolvedPhase;
+use crate::symbolize::{MappingKind, ProcessMaps};
 
 /// How often the labels of live processes are read again.
 const REFRESH: Duration = Duration::from_millis(500);
@@ -128,12 +130,12 @@ pub fn others_mapping(objects: &[String], traced: &[u32]) -> Vec<u32> {
     let mut out: Vec<u32> = dir
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| !traced.contains(pid))
-        .filter(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|maps| {
-                maps.lines().any(|l| {
-                    l.split_whitespace()
-                        .nth(5)
-                        .is_some_and(|path| objects.iter().any(|o| o == path))
+        .filter(|&pid| {
+            // Executable mappings only: uprobes fire in code.
+            ProcessMaps::read(pid).is_ok_and(|maps| {
+                maps.mappings().iter().any(|m| {
+                    matches!(&m.kind, MappingKind::File { path, .. }
+                        if objects.iter().any(|o| Path::new(o) == path))
                 })
             })
         })

@@ -246,43 +246,13 @@ pub fn wait_attached(w: &mut Child) {
     });
 }
 
-/// A frame of an SVG flamegraph drawn by inferno.
-#[derive(Debug, Clone)]
-pub struct SvgFrame {
-    /// The tooltip, e.g. `write_record (300,000 ns, 100%)`.
-    pub title: String,
-    /// The rect's fill, e.g. `rgb(250,250,250)`.
-    pub fill: String,
-    /// `fg:w`: the frame's count (ns or samples).
-    pub samples: u64,
-}
+#[path = "../../src/render/svg_frames.rs"]
+mod svg;
+pub use svg::SvgFrame;
 
 /// Every frame of an SVG flamegraph file, which must parse as XML (inferno writes a DOCTYPE).
 pub fn svg_frames(path: &Path) -> Vec<SvgFrame> {
-    let svg =
+    let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    let opts = roxmltree::ParsingOptions {
-        allow_dtd: true,
-        ..Default::default()
-    };
-    let doc = roxmltree::Document::parse_with_options(&svg, opts)
-        .unwrap_or_else(|e| panic!("{} does not parse: {e}", path.display()));
-    doc.descendants()
-        .filter(|n| n.has_tag_name("g"))
-        .filter_map(|g| {
-            let title = g.children().find(|c| c.has_tag_name("title"))?;
-            let rect = g.children().find(|c| c.has_tag_name("rect"))?;
-            // fg:w is in inferno's namespace; roxmltree names it "w".
-            let samples = rect
-                .attributes()
-                .find(|a| a.name() == "w")
-                .and_then(|a| a.value().parse().ok())
-                .unwrap_or(0);
-            Some(SvgFrame {
-                title: title.text().unwrap_or_default().to_string(),
-                fill: rect.attribute("fill").unwrap_or_default().to_string(),
-                samples,
-            })
-        })
-        .collect()
+    svg::svg_frames(&text)
 }

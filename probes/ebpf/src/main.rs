@@ -509,68 +509,57 @@ fn on_return<C: EbpfContext>(ctx: &C, sp: u64, retval: u64) -> Result<(), ()> {
         return Ok(());
     }
     let pc = phase_counters(site.phase).ok_or(())?;
-    if site.under != 0 {
-        // A call outside its `under` phase was never pushed: its return is expected, not
-        // unmatched.
-        pc.returns += 1;
-        let Some(st) = STACKS.get_ptr_mut(&key) else {
-            return Ok(());
-        };
-        // SAFETY: a thread's stack is only touched by programs running on that thread.
-        let st = unsafe { &mut *st };
-        abandon_below(st, sp, None);
-        let len = st.len as usize;
-        if len == 0 || len > MAX_DEPTH {
-            return Ok(());
-        }
-        let top = &st.frames[slot(len - 1)];
-        if top.phase != site.phase || top.sp != sp {
-            return Ok(());
-        }
-        return close_call(st, pc, key, site, sp, now, retval);
-    }
-    let st = returning_stack(pc, key)?;
+    // A call made outside its `under` phase was never pushed: its return is expected, not
+    // unmatched.
+    let may_be_left_out = site.under != 0;
+    let st = returning_stack(pc, key, !may_be_left_out)?;
     abandon_below(st, sp, None);
-    close_call(st, pc, key, site, sp, now, retval)
+    if may_be_left_out && !top_is(st, site.phase, sp) {
+        return Ok(());
+    }
+    let retval = (site.arg == ARG_RETVAL).then_some(retval);
+    pop_frame(st, pc, key, site.phase, sp, now, retval)
+}
+
+/// Whether the innermost open frame is `phase`'s call entered at `sp`.
+#[inline(always)]
+fn top_is(st: &ThreadStack, phase: u32, sp: u64) -> bool {
+    let len = st.len as usize;
+    if len == 0 || len > MAX_DEPTH {
+        return false;
+    }
+    let top = &st.frames[slot(len - 1)];
+    top.phase == phase && top.sp == sp
 }
 
 #[inline(always)]
-fn close_call(
-    st: &mut ThreadStack,
-    pc: &mut PhaseCounters,
-    key: u64,
-    site: Site,
-    sp: u64,
-    now: u64,
-    retval: u64,
-) -> Result<(), ()> {
-    if site.arg == ARG_RETVAL {
-        let len = st.len as usize;
-        if len > 0 && len <= MAX_DEPTH {
-            let top = &mut st.frames[slot(len - 1)];
-            if top.phase == site.phase && top.sp == sp {
-                top.arg = retval;
-            }
-        }
-    }
-    pop_frame(st, pc, key, site.phase, sp, now)
+fn count_unmatched(pc: &mut PhaseCounters) {
+    pc.unmatched_returns += 1;
+    bump(counter::UNMATCHED_RETURNS);
 }
 
 /// Counts a return of the phase and finds the thread's stack; a thread without one has no
-/// open phase, so the return is unmatched (e.g. its call started before the attach).
+/// open phase, so the return is unmatched (e.g. its call started before the attach), and
+/// counted so when `count_missing`.
 #[inline(always)]
-fn returning_stack(pc: &mut PhaseCounters, key: u64) -> Result<&'static mut ThreadStack, ()> {
+fn returning_stack(
+    pc: &mut PhaseCounters,
+    key: u64,
+    count_missing: bool,
+) -> Result<&'static mut ThreadStack, ()> {
     pc.returns += 1;
     let Some(st) = STACKS.get_ptr_mut(&key) else {
-        pc.unmatched_returns += 1;
-        bump(counter::UNMATCHED_RETURNS);
+        if count_missing {
+            count_unmatched(pc);
+        }
         return Err(());
     };
     // SAFETY: a thread's stack is only touched by programs running on that thread.
     Ok(unsafe { &mut *st })
 }
 
-/// Closes the innermost frame if it is `phase`'s at `sp`, and sends its span.
+/// Closes the innermost frame if it is `phase`'s at `sp`, and sends its span, carrying the
+/// return value instead of the entry's captured argument when `retval` is given.
 #[inline(always)]
 fn pop_frame(
     st: &mut ThreadStack,
@@ -579,19 +568,14 @@ fn pop_frame(
     phase: u32,
     sp: u64,
     now: u64,
+    retval: Option<u64>,
 ) -> Result<(), ()> {
+    if !top_is(st, phase, sp) {
+        count_unmatched(pc);
+        return Err(());
+    }
     let len = st.len as usize;
-    if len == 0 || len > MAX_DEPTH {
-        pc.unmatched_returns += 1;
-        bump(counter::UNMATCHED_RETURNS);
-        return Err(());
-    }
     let top = st.frames[slot(len - 1)];
-    if top.phase != phase || top.sp != sp {
-        pc.unmatched_returns += 1;
-        bump(counter::UNMATCHED_RETURNS);
-        return Err(());
-    }
     let dur = now.saturating_sub(top.start_ns);
     let depth = len - 1;
     let parent = if depth == 0 {
@@ -619,7 +603,7 @@ fn pop_frame(
         depth: depth as u32,
         _pad: 0,
         off_ns: top.off_ns,
-        arg: top.arg,
+        arg: retval.unwrap_or(top.arg),
     };
     if !emit(span) {
         count_lost(top.node);
@@ -753,8 +737,8 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         abandon_kernel_frames(st);
         push_frame(st, pc, key, role.phase, 0, 0, false, 0)
     } else {
-        let st = returning_stack(pc, key)?;
-        pop_frame(st, pc, key, role.phase, 0, now)
+        let st = returning_stack(pc, key, true)?;
+        pop_frame(st, pc, key, role.phase, 0, now, None)
     }
 }
 
