@@ -51,11 +51,13 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         tracer.trace_pids(&a.pid)?;
         tracer.follow_forks()?;
     }
+    let attach_started = std::time::Instant::now();
     let summary = tracer.attach(&phases, &a.pid, a.follow_forks)?;
     if a.follow_forks {
         processes::note_untraced_mappers(&phases, &a.pid);
     }
     let kernel = attach_kernel_side(&mut tracer, &phases, &a.pid, &a.trace)?;
+    let attach_ms = attach_started.elapsed().as_secs_f64() * 1e3;
     let mut late = late::watch_dlopen(
         &mut tracer,
         &profile,
@@ -79,7 +81,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         ""
     };
     eprintln!(
-        "wprof: attached {} probe points ({} links{kernel}, {} phases) to pid {}{forks}; Ctrl-C to stop",
+        "wprof: attached {} probe points ({} links{kernel}, {} phases) in {attach_ms:.1} ms to pid {}{forks}; Ctrl-C to stop",
         summary.points,
         summary.links,
         phases
@@ -117,6 +119,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let mut phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
     let mut child = GatedChild::spawn(&exe, &r.command)?;
+    let attach_started = std::time::Instant::now();
     let attached = tracer.attach(&phases, &[child.pid()], false).and_then(|s| {
         attach_kernel_side(&mut tracer, &phases, &[child.pid()], &r.trace).map(|k| (s, k))
     });
@@ -127,6 +130,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
             return Err(e);
         }
     };
+    let attach_ms = attach_started.elapsed().as_secs_f64() * 1e3;
     let mut late = late::watch_dlopen(
         &mut tracer,
         &profile,
@@ -137,7 +141,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     );
     if !r.trace.quiet {
         eprintln!(
-            "wprof: {} probe points live ({} links{kernel}); starting {}",
+            "wprof: {} probe points live ({} links{kernel}) in {attach_ms:.1} ms; starting {}",
             summary.points,
             summary.links,
             r.command.join(" ")
