@@ -16,5 +16,6 @@ mod tree;
 pub use calls::{CallRow, CallTable, SpanLog, SpanRecord, DEFAULT_MAX_CALLS, DEFAULT_MAX_SPANS};
 pub use histogram::{new_histogram, LatencyHistogram};
 pub use tree::{
-    Aggregator, EndCounters, NodeSnapshot, PhaseTree, ProcessTree, TreeNode, UnitSpec, Units,
+    Aggregator, Corrected, EndCounters, NodeSnapshot, PhaseTree, ProcessTree, TreeNode, UnitSpec,
+    Units,
 };

@@ -28,6 +28,20 @@ struct NodeStats {
     /// Sum of the captured argument (or return value) over the calls.
     arg_sum: u64,
     hist: LatencyHistogram,
+    /// Durations with the probes' time taken out, call by call (when costs are known).
+    corrected: Option<CorrectedStats>,
+}
+
+/// A node's figures with the probe time taken out of every call.
+#[derive(Debug, Clone)]
+struct CorrectedStats {
+    total_ns: u64,
+    /// Probe time removed, ns.
+    probe_ns: u64,
+    /// Probe hits inside the calls' windows (their own entry and return, and every
+    /// descendant's).
+    probe_hits: u64,
+    hist: LatencyHistogram,
 }
 
 impl Default for NodeStats {
@@ -39,19 +53,35 @@ impl Default for NodeStats {
             off_ns: 0,
             arg_sum: 0,
             hist: new_histogram(),
+            corrected: None,
         }
     }
 }
 
 impl NodeStats {
+    /// Adds one completed call; `own_ns` is the part of the phase's own probe cost that falls
+    /// inside its window, None when the run does not correct.
     #[inline]
-    fn add(&mut self, ev: &Event) {
+    fn add(&mut self, ev: &Event, own_ns: Option<u64>) {
         self.count += 1;
         self.total_ns += ev.dur_ns;
         self.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
         self.off_ns += ev.off_ns;
         self.arg_sum = self.arg_sum.saturating_add(ev.arg);
         self.hist.saturating_record(ev.dur_ns.max(1));
+        if let Some(own) = own_ns {
+            let removed = (own + ev.desc_probe_ns).min(ev.dur_ns);
+            let c = self.corrected.get_or_insert_with(|| CorrectedStats {
+                total_ns: 0,
+                probe_ns: 0,
+                probe_hits: 0,
+                hist: new_histogram(),
+            });
+            c.total_ns += ev.dur_ns - removed;
+            c.probe_ns += removed;
+            c.probe_hits += ev.desc_hits as u64 + 2;
+            c.hist.saturating_record((ev.dur_ns - removed).max(1));
+        }
     }
 }
 
@@ -99,6 +129,8 @@ pub struct Aggregator {
     off_cpu: bool,
     /// Per phase id: how it counts units.
     units: Vec<Option<UnitSpec>>,
+    /// Per phase id: probe time inside a call's own window, ns (set when the run corrects).
+    own_probe_ns: Option<Vec<u64>>,
     /// Per process stats, when trees per pid are wanted (`--per-pid`).
     per_pid: Option<HashMap<u32, NodeMap<NodeStats>>>,
     /// Forks seen (`--follow-forks`): child pid -> parent pid, in order.
@@ -162,6 +194,8 @@ pub struct TreeNode {
     /// Time the thread was off the CPU during completed calls, children included, ns (only
     /// when the run tracked it: `--off-cpu`).
     pub off_cpu_ns: Option<u64>,
+    /// The same calls with the probes' time taken out (runs with known probe costs).
+    pub corrected: Option<Corrected>,
     /// Child nodes, largest total first.
     pub children: Vec<TreeNode>,
 }
@@ -182,6 +216,7 @@ impl TreeNode {
             abandoned: 0,
             open: 0,
             off_cpu_ns: None,
+            corrected: None,
             children: Vec::new(),
         }
     }
@@ -222,6 +257,25 @@ impl TreeNode {
             _ => None,
         }
     }
+}
+
+/// A node's calls with the probes' own time taken out, call by call: each call loses the
+/// part of its own entry/return cost inside its window and the whole cost of every
+/// descendant call's probes.
+#[derive(Debug, Clone)]
+pub struct Corrected {
+    /// Sum of corrected call durations, ns.
+    pub total_ns: u64,
+    /// Corrected total minus the children's corrected totals, ns.
+    pub self_ns: u64,
+    /// Probe time taken out, ns (raw total − corrected total).
+    pub probe_ns: u64,
+    /// Probe hits inside the calls (own entries and returns plus every descendant's).
+    pub probe_hits: u64,
+    /// Uncertainty of the corrected total, ns: the calibration's error per hit times the hits.
+    pub error_ns: u64,
+    /// Distribution of corrected call durations, ns.
+    pub hist: LatencyHistogram,
 }
 
 /// The aggregated result of a run: one tree per root phase.
@@ -281,13 +335,17 @@ impl Aggregator {
             if let Some(c) = &mut self.calls {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
             }
-            self.stats.entry(ev.node).or_default().add(ev);
+            let own = self
+                .own_probe_ns
+                .as_ref()
+                .map(|o| o.get(ev.phase as usize).copied().unwrap_or(0));
+            self.stats.entry(ev.node).or_default().add(ev, own);
             if let Some(p) = &mut self.per_pid {
                 p.entry(ev.pid)
                     .or_default()
                     .entry(ev.node)
                     .or_default()
-                    .add(ev);
+                    .add(ev, own);
             }
         } else if ev.kind == EventKind::Fork as u32 {
             self.forks.push((ev.pid, ev.tid));
@@ -301,6 +359,12 @@ impl Aggregator {
     /// Counts units for the phases that have a `unit` (index = phase id).
     pub fn count_units(&mut self, units: Vec<Option<UnitSpec>>) {
         self.units = units;
+    }
+
+    /// Corrects every call for the probes' time: `own_ns[phase id]` is the part of a call's
+    /// own probe cost inside its window; descendants' whole costs come with each span.
+    pub fn correct_probe_time(&mut self, own_ns: Vec<u64>) {
+        self.own_probe_ns = Some(own_ns);
     }
 
     /// Also keeps each process's figures apart, for [`Aggregator::finish_per_pid`].
@@ -535,6 +599,14 @@ impl Builder<'_> {
             if self.off_cpu {
                 t.off_cpu_ns = Some(s.off_ns);
             }
+            t.corrected = s.corrected.map(|c| Corrected {
+                total_ns: c.total_ns,
+                self_ns: 0,
+                probe_ns: c.probe_ns,
+                probe_hits: c.probe_hits,
+                error_ns: 0,
+                hist: c.hist,
+            });
             if let Some(Some(u)) = self.units.get(phase as usize) {
                 t.units = Some(Units {
                     name: u.name.clone(),
@@ -548,6 +620,14 @@ impl Builder<'_> {
         if let Some(kids) = self.children.get(&node) {
             t.children = kids.iter().map(|k| self.node(*k, stats)).collect();
             sort_by_total(&mut t.children);
+        }
+        let kids_corrected: u64 = t
+            .children
+            .iter()
+            .filter_map(|c| c.corrected.as_ref().map(|c| c.total_ns))
+            .sum();
+        if let Some(c) = &mut t.corrected {
+            c.self_ns = c.total_ns.saturating_sub(kids_corrected);
         }
         t
     }

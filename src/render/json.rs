@@ -11,8 +11,8 @@ use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{
-    new_histogram, CallRow, CallTable, LatencyHistogram, PhaseTree, SpanLog, SpanRecord, TreeNode,
-    Units,
+    new_histogram, CallRow, CallTable, Corrected, LatencyHistogram, PhaseTree, SpanLog, SpanRecord,
+    TreeNode, Units,
 };
 use crate::model::{
     Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance, Run,
@@ -452,7 +452,44 @@ struct NodeJ {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     units: Option<UnitsJ>,
     histogram: HistJ,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    corrected: Option<CorrectedJ>,
     children: Vec<NodeJ>,
+}
+
+/// A node's calls with the probes' time taken out (docs/json.md, "corrected").
+#[derive(Serialize, Deserialize)]
+struct CorrectedJ {
+    total_ns: u64,
+    self_ns: u64,
+    probe_ns: u64,
+    probe_hits: u64,
+    error_ns: u64,
+    // Derived, ignored on reading (as in NodeJ).
+    #[serde(default)]
+    mean_ns: f64,
+    #[serde(default)]
+    p50_ns: u64,
+    #[serde(default)]
+    p90_ns: u64,
+    #[serde(default)]
+    p99_ns: u64,
+    #[serde(default)]
+    max_ns: u64,
+    histogram: HistJ,
+}
+
+impl HistJ {
+    fn of(h: &LatencyHistogram) -> HistJ {
+        HistJ {
+            unit: "ns".to_string(),
+            significant_digits: h.sigfig(),
+            buckets: h
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect(),
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -640,14 +677,24 @@ impl From<&TreeNode> for NodeJ {
                 name: u.name.clone(),
                 total: u.total,
             }),
-            histogram: HistJ {
-                unit: "ns".to_string(),
-                significant_digits: h.sigfig(),
-                buckets: h
-                    .iter_recorded()
-                    .map(|v| (v.value_iterated_to(), v.count_at_value()))
-                    .collect(),
-            },
+            histogram: HistJ::of(h),
+            corrected: n.corrected.as_ref().map(|c| CorrectedJ {
+                total_ns: c.total_ns,
+                self_ns: c.self_ns,
+                probe_ns: c.probe_ns,
+                probe_hits: c.probe_hits,
+                error_ns: c.error_ns,
+                mean_ns: if n.count == 0 {
+                    0.0
+                } else {
+                    c.total_ns as f64 / n.count as f64
+                },
+                p50_ns: c.hist.value_at_quantile(0.5),
+                p90_ns: c.hist.value_at_quantile(0.9),
+                p99_ns: c.hist.value_at_quantile(0.99),
+                max_ns: c.hist.max(),
+                histogram: HistJ::of(&c.hist),
+            }),
             children: n.children.iter().map(NodeJ::from).collect(),
         }
     }
@@ -661,6 +708,20 @@ impl NodeJ {
             .histogram
             .into_histogram()
             .with_context(|| format!("node {}", path.join(" > ")))?;
+        let corrected = match self.corrected {
+            Some(c) => Some(Corrected {
+                total_ns: c.total_ns,
+                self_ns: c.self_ns,
+                probe_ns: c.probe_ns,
+                probe_hits: c.probe_hits,
+                error_ns: c.error_ns,
+                hist: c
+                    .histogram
+                    .into_histogram()
+                    .with_context(|| format!("corrected figures of node {}", path.join(" > ")))?,
+            }),
+            None => None,
+        };
         let mut children = Vec::with_capacity(self.children.len());
         for c in self.children {
             children.push(c.into_node(path)?);
@@ -678,6 +739,7 @@ impl NodeJ {
             abandoned: self.abandoned,
             open: self.open,
             off_cpu_ns: self.off_cpu_ns,
+            corrected,
             units: self.units.map(|u| Units {
                 name: u.name,
                 total: u.total,

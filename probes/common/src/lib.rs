@@ -89,6 +89,23 @@ pub struct Frame {
     pub off_ns: u64,
     /// The captured argument (or, once the exit site ran, return value); 0 when none.
     pub arg: u64,
+    /// Probe time of the completed descendant calls (each one's whole entry + return cost,
+    /// from `PHASE_COSTS`), ns: all of it fell inside this call's window.
+    pub desc_probe_ns: u64,
+    /// Probe hits of the completed descendant calls (entries + returns).
+    pub desc_hits: u64,
+}
+
+/// What one call of a phase costs in probe time, from wprof's calibration (or its fixed
+/// estimate), ns. Values of the `PHASE_COSTS` array, indexed by phase id.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct PhaseCost {
+    /// The whole entry + return cost of one call: what an enclosing call's window contains.
+    pub pair_ns: u64,
+    /// The part of it that falls inside the call's own window (after the entry's clock read,
+    /// before the return's).
+    pub own_ns: u64,
 }
 
 /// The per-thread stack of open phases. Lives in a BPF hash map keyed by pid_tgid so a lost
@@ -148,12 +165,15 @@ pub struct Event {
     pub child_ns: u64,
     /// Depth of the node (0 = root).
     pub depth: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// Probe hits of the call's completed descendants (span only; saturates at u32::MAX).
+    pub desc_hits: u32,
     /// Time the thread spent off the CPU during the call (children included), ns (span only).
     pub off_ns: u64,
     /// The phase's captured argument or return value (`arg` in the profile), 0 when none.
     pub arg: u64,
+    /// Probe time of the call's completed descendants, ns (span only): the part of `dur_ns`
+    /// the descendants' probes added.
+    pub desc_probe_ns: u64,
 }
 
 /// Pending uretprobe return addresses carried with a stack, innermost first.
@@ -280,4 +300,6 @@ mod pod {
     unsafe impl aya::Pod for super::StackEvent {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::TracepointRole {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PhaseCost {}
 }

@@ -29,8 +29,8 @@ use aya_ebpf::{
     EbpfContext,
 };
 use wprof_common::{
-    config, counter, Event, EventKind, NodeCounters, PhaseCounters, StackEvent, ThreadStack,
-    TracepointRole, ARG_NONE, ARG_RETVAL, COOKIE_ARG_SHIFT, COOKIE_UNDER_SHIFT,
+    config, counter, Event, EventKind, NodeCounters, PhaseCost, PhaseCounters, StackEvent,
+    ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL, COOKIE_ARG_SHIFT, COOKIE_UNDER_SHIFT,
     COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES, MAX_PENDING_RETURNS,
     MAX_PHASES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
@@ -62,6 +62,11 @@ static PHASE_COUNTERS: PerCpuArray<PhaseCounters> = PerCpuArray::with_max_entrie
 #[map]
 static NODE_COUNTERS: PerCpuHashMap<u64, NodeCounters> =
     PerCpuHashMap::with_max_entries(MAX_NODES, 0);
+
+/// Probe cost of one call per phase id (calibrated by userspace before attaching): each
+/// completed call adds its phase's `pair_ns` to the enclosing call's descendant probe time.
+#[map]
+static PHASE_COSTS: Array<PhaseCost> = Array::with_max_entries(MAX_PHASES, 0);
 
 /// Nodes whose definition reached the ring buffer.
 #[map]
@@ -492,6 +497,8 @@ fn push_frame(
     frame.ret_addr = ret_addr;
     frame.uretprobe = uretprobe as u32;
     frame.arg = arg;
+    frame.desc_probe_ns = 0;
+    frame.desc_hits = 0;
     // Last, so the bookkeeping above is not counted inside the phase.
     // SAFETY: plain helper call.
     frame.start_ns = unsafe { bpf_ktime_get_ns() };
@@ -581,9 +588,12 @@ fn pop_frame(
     let parent = if depth == 0 {
         0
     } else {
+        let pair_ns = PHASE_COSTS.get(phase).map_or(0, |c| c.pair_ns);
         let p = &mut st.frames[slot(depth - 1)];
         p.child_ns += dur;
         p.off_ns += top.off_ns;
+        p.desc_probe_ns += top.desc_probe_ns + pair_ns;
+        p.desc_hits += top.desc_hits + 2;
         p.node
     };
     st.len = depth as u32;
@@ -601,9 +611,10 @@ fn pop_frame(
         dur_ns: dur,
         child_ns: top.child_ns,
         depth: depth as u32,
-        _pad: 0,
+        desc_hits: top.desc_hits.min(u32::MAX as u64) as u32,
         off_ns: top.off_ns,
         arg: retval.unwrap_or(top.arg),
+        desc_probe_ns: top.desc_probe_ns,
     };
     if !emit(span) {
         count_lost(top.node);
