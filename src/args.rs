@@ -134,6 +134,42 @@ pub struct TraceArgs {
     /// merged tree.
     #[arg(long)]
     pub per_pid: bool,
+    /// Where calls are aggregated: `event` sends every call to wprof (per-call CSV, traces,
+    /// per-pid trees); `kernel` keeps per-node counts and log-linear histograms in BPF maps and
+    /// reads only those (for paths with hundreds of thousands of calls a second).
+    #[arg(long, value_enum, value_name = "MODE", default_value = "event")]
+    pub aggregate: AggregateMode,
+    /// Detach on its own (cleanly, outputs written) once the probes have added more than PCT
+    /// of the traced processes' CPU time (e.g. 5%), checked every second.
+    #[arg(long, value_name = "PCT", value_parser = parse_percent)]
+    pub max_overhead: Option<f64>,
+    /// Skip measuring the probes' cost on this host before attaching: times are then not
+    /// corrected, and the cost figures are the fixed estimates.
+    #[arg(long)]
+    pub no_calibrate: bool,
+}
+
+/// Where a run aggregates its calls (`--aggregate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum AggregateMode {
+    /// Every completed call is sent to wprof through the ring buffer.
+    Event,
+    /// BPF keeps per-node summaries and histograms; wprof reads them.
+    Kernel,
+}
+
+/// Parses `5%`, `5` or `0.5%` into a percentage in (0, 100].
+pub fn parse_percent(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('%')
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}' is not a percentage (e.g. 5%)"))?;
+    if !(v > 0.0 && v <= 100.0) {
+        return Err(format!("'{s}' must be above 0% and at most 100%"));
+    }
+    Ok(v)
 }
 
 /// Output files.
