@@ -5,10 +5,18 @@ use wprof::args::{Cli, Command};
 use wprof::{commands, error, session};
 
 fn main() {
+    // wprof re-executed as its own calibration target (see probe_cost::targets).
+    if std::env::args().nth(1).as_deref() == Some(wprof::probe_cost::targets::CHILD_ARG) {
+        std::process::exit(wprof::probe_cost::targets::child_main());
+    }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Attach(a) => session::attach(a),
-        Command::Record(r) => session::record(r),
+        Command::Attach(a) => (a.trace.check_aggregate(&a.outputs))
+            .map_err(Into::into)
+            .and_then(|()| session::attach(a)),
+        Command::Record(r) => (r.trace.check_aggregate(&r.outputs))
+            .map_err(Into::into)
+            .and_then(|()| session::record(r)),
         Command::Probes(p) => commands::probes(p),
         Command::Targets => commands::targets(),
         Command::Report(r) => commands::report(r),

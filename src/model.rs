@@ -57,6 +57,28 @@ pub struct Provenance {
     pub objects: Vec<ObjectInfo>,
     /// Why the run ended (duration, signal, target exit).
     pub end_reason: String,
+    /// Where the calls were aggregated (`--aggregate`).
+    pub aggregation: Aggregation,
+}
+
+/// Where a run's calls were aggregated (`--aggregate`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Aggregation {
+    /// In wprof, from one span per call: the per-call table, traces and per-pid trees too.
+    #[default]
+    Event,
+    /// In BPF maps (per-node summaries and histograms): the tree only.
+    Kernel,
+}
+
+impl Aggregation {
+    /// `event` or `kernel`, as in the JSON and on the command line.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Aggregation::Event => "event",
+            Aggregation::Kernel => "kernel",
+        }
+    }
 }
 
 /// A probed object file.
@@ -99,8 +121,10 @@ pub struct PhaseInfo {
     pub overflow: u64,
     /// Calls left out because they were not made inside the phase's `under` phase.
     pub outside_under: u64,
-    /// Estimated cost of one entry+return pair of this phase's probes, ns.
+    /// Cost of one entry+return pair of this phase's probes, ns (calibrated, or estimated).
     pub probe_pair_ns: f64,
+    /// The part of it inside the call's own window, ns (0 when not calibrated).
+    pub probe_own_ns: f64,
 }
 
 /// Run-wide counters.
@@ -128,15 +152,35 @@ pub struct Counters {
     pub skipped_spans: u64,
 }
 
-/// The probe-cost estimate of the run.
+/// The probe cost of the run.
 #[derive(Debug, Clone, Default)]
 pub struct ProbeCost {
-    /// How the per-hit costs were obtained ("estimated" until calibration lands).
+    /// How the per-hit costs were obtained: calibrated on the host, or fixed estimates.
     pub model: String,
     /// Total probe hits (entries + returns).
     pub hits: u64,
-    /// Estimated time the probes added to the target, ns.
+    /// Time the probes added to the target, ns.
     pub added_ns: f64,
+    /// The host calibration the times were corrected with (None: not corrected).
+    pub calibration: Option<Calibration>,
+}
+
+/// What the calibration before the run measured (`probe_cost::calibrate`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Calibration {
+    /// One entry per entry cost class and return mode.
+    pub classes: Vec<crate::probe_cost::ClassCost>,
+    /// Calls per calibration function per round.
+    pub calls: u64,
+    /// Timing rounds.
+    pub rounds: u32,
+    /// Wall time the calibration took, ms.
+    pub elapsed_ms: f64,
+    /// 1-minute load average when the run ended.
+    pub load_end: f64,
+    /// Whether the host had more runnable work than CPUs during the run: the stated errors
+    /// were doubled, since the calibration may not hold.
+    pub contended: bool,
 }
 
 /// A whole run.

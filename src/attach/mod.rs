@@ -77,6 +77,17 @@ pub struct Tracer {
     detached: bool,
 }
 
+/// One calibration function to probe (`probe_cost::calibrate`).
+#[derive(Debug, Clone, Copy)]
+pub struct CalibrationPoint {
+    /// The phase id its spans carry.
+    pub phase: u32,
+    /// File offset of its entry.
+    pub entry: u64,
+    /// File offset of its RET, or None for a uretprobe.
+    pub exit: Option<u64>,
+}
+
 /// What an attach did.
 #[derive(Debug, Clone, Default)]
 pub struct AttachSummary {
@@ -232,6 +243,58 @@ impl Tracer {
             .into()),
             Err(e) => Err(anyhow::Error::new(e).context(format!("attach {what} in pid {pid}"))),
         }
+    }
+
+    /// Attaches the calibration probes (see `probe_cost::calibrate`) to `object` in `pid`: an
+    /// entry probe per point and either a probe on its RET (`exit`) or a uretprobe.
+    pub fn attach_calibration(
+        &mut self,
+        object: &std::path::Path,
+        pid: u32,
+        points: &[CalibrationPoint],
+    ) -> Result<()> {
+        let scope = UProbeScope::OneProcess(
+            NonZeroU32::new(pid).ok_or_else(|| WprofError::Usage("pid 0".into()))?,
+        );
+        let mut entries = Vec::new();
+        let mut rets = Vec::new();
+        let mut urets = Vec::new();
+        for p in points {
+            let uret = p.exit.is_none();
+            entries.push(point(p.entry, cookie(p.phase, SiteKind::Entry, uret)));
+            match p.exit {
+                Some(off) => rets.push(point(off, cookie(p.phase, SiteKind::RetSite, false))),
+                None => urets.push(point(p.entry, cookie(p.phase, SiteKind::Uretprobe, true))),
+            }
+        }
+        let progs = self.progs;
+        for (prog, pts) in [
+            (progs.entry, entries),
+            (progs.ret_site, rets),
+            (progs.uretprobe, urets),
+        ] {
+            if !pts.is_empty() {
+                self.program(prog)?
+                    .attach(pts, object, scope)
+                    .context("attach the calibration probes")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Tells BPF what one call of each phase costs in probe time (`costs[phase id]`), so every
+    /// call carries its descendants' probe time.
+    pub fn set_phase_costs(&mut self, costs: &[wprof_common::PhaseCost]) -> Result<()> {
+        let mut map: aya::maps::Array<_, wprof_common::PhaseCost> = aya::maps::Array::try_from(
+            self.ebpf
+                .map_mut("PHASE_COSTS")
+                .context("BPF object has no PHASE_COSTS map")?,
+        )?;
+        for (i, c) in costs.iter().enumerate() {
+            map.set(i as u32, c, 0)
+                .with_context(|| format!("set the probe cost of phase {i}"))?;
+        }
+        Ok(())
     }
 
     /// Watches the dynamic loader of the traced processes (`ld`: its `_dl_debug_state`) so

@@ -48,6 +48,55 @@ fn write_units(run: &Run, out: &mut String) {
     }
 }
 
+/// The calibration the run corrected with: per class its pair cost, the part inside a call,
+/// and the error; only the classes the run's phases use.
+fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String) {
+    let used: Vec<String> = c
+        .classes
+        .iter()
+        .filter(|k| {
+            let (class, mode) = (
+                crate::probe_cost::class_name(k.entry),
+                if k.uretprobe {
+                    "uretprobe"
+                } else {
+                    "ret-sites"
+                },
+            );
+            run.phases
+                .iter()
+                .any(|p| p.entry_cost == class && p.return_mode == mode && p.entries > 0)
+        })
+        .map(|k| {
+            format!(
+                "{}+{} {} a call ({} inside it) ±{}",
+                crate::probe_cost::class_name(k.entry),
+                if k.uretprobe { "uretprobe" } else { "ret-site" },
+                format_ns(k.pair_ns),
+                format_ns(k.own_ns),
+                format_ns(k.error_ns)
+            )
+        })
+        .collect();
+    out.push_str(&format!(
+        "  calibrated on this host ({} rounds × {} calls, {:.0} ms): {}\n",
+        c.rounds,
+        c.calls,
+        c.elapsed_ms,
+        if used.is_empty() {
+            "no probed call".to_string()
+        } else {
+            used.join(" · ")
+        }
+    ));
+    if c.contended {
+        out.push_str(&format!(
+            "  host load {:.1} at the end of the run, above its CPU count: the stated errors are doubled\n",
+            c.load_end
+        ));
+    }
+}
+
 /// 94012.3 -> "94.0 k".
 fn format_rate(per_s: f64) -> String {
     if per_s >= 1e6 {
@@ -64,7 +113,14 @@ const SYMBOL_WIDTH: usize = 40;
 
 /// Appends the footer to `out`.
 pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], out: &mut String) {
-    if !run.tree.roots.is_empty() {
+    let corrected = !opts.raw && run.probe_cost.calibration.is_some();
+    if !run.tree.roots.is_empty() && corrected {
+        out.push_str(
+            "columns: time per root call (rows add up to their parent) · share of the parent · \
+             the phase's own calls: n, mean, p50, p99 — all corrected for the probes' time, call by \
+             call · raw: the mean as measured · probe: share of the measured time that was the probes'\n",
+        );
+    } else if !run.tree.roots.is_empty() {
         out.push_str(
             "columns: time per root call (rows add up to their parent) · share of the parent · \
              the phase's own calls: n, mean, p50, p99 · probe: estimated probe share of the median call\n",
@@ -87,6 +143,9 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
     ));
     if c.no_stack > 0 {
         out.push_str(&format!(" · no stack {}", c.no_stack));
+    }
+    if run.provenance.aggregation == crate::model::Aggregation::Kernel {
+        out.push_str(" · aggregated in the kernel (no per-call table)");
     }
     out.push('\n');
     if let Some(cpu) = &run.cpu {
@@ -112,7 +171,12 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
     let pc = &run.probe_cost;
     let traced: u64 = run.tree.roots.iter().map(|r| r.total_ns).sum();
     out.push_str(&format!(
-        "probe cost (model): {} hits ≈ {} added to the target",
+        "probe cost ({}): {} hits ≈ {} added to the target",
+        if pc.calibration.is_some() {
+            "calibrated"
+        } else {
+            "model"
+        },
         pc.hits,
         format_ns(pc.added_ns)
     ));
@@ -124,8 +188,10 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         ));
     }
     out.push('\n');
-    if !pc.model.is_empty() {
-        out.push_str(&format!("  model: {}\n", pc.model));
+    match &pc.calibration {
+        Some(c) => write_calibration(run, c, out),
+        None if !pc.model.is_empty() => out.push_str(&format!("  model: {}\n", pc.model)),
+        None => {}
     }
 
     let limit = opts.flag_probe_share * 100.0;
@@ -136,8 +202,13 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
             .iter()
             .map(|f| format!("{} {:.0}%", f.name, f.share * 100.0))
             .collect();
+        let why = if corrected {
+            "corrected times rest on the calibration: see the JSON's error_ns"
+        } else {
+            "times inflated by the probes"
+        };
         out.push_str(&format!(
-            "flagged (probe share > {limit:.0}%, times inflated by the probes): {}\n",
+            "flagged (probe share > {limit:.0}%, {why}): {}\n",
             list.join(", ")
         ));
     }

@@ -15,9 +15,10 @@ use crate::aggregate::{
     TreeNode, Units,
 };
 use crate::model::{
-    Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance, Run,
-    StackProfile, SCHEMA_VERSION,
+    Calibration, Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance,
+    Run, StackProfile, SCHEMA_VERSION,
 };
+use crate::probe_cost::{self, ClassCost};
 
 /// The run as a JSON document of schema [`SCHEMA_VERSION`].
 pub fn to_json(run: &Run) -> serde_json::Value {
@@ -95,7 +96,7 @@ pub fn from_json(text: &str) -> Result<Run> {
         provenance: doc.provenance.into(),
         phases: doc.phases.into_iter().map(PhaseInfo::from).collect(),
         counters: doc.counters.into(),
-        probe_cost: doc.probe_cost.into(),
+        probe_cost: doc.probe_cost.into_probe_cost()?,
         tree: doc.tree.into_tree()?,
         calls: doc.calls.into_table()?,
         spans: doc.spans.into_log()?,
@@ -332,6 +333,18 @@ struct ProvenanceJ {
     profile_hash: String,
     objects: Vec<ObjectJ>,
     end_reason: String,
+    // Absent in runs recorded before `--aggregate`: those aggregated per event.
+    #[serde(default)]
+    aggregation: AggregationJ,
+}
+
+/// Where the calls were aggregated: `"event"` or `"kernel"` (`--aggregate`).
+#[derive(Serialize, Deserialize, Default, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum AggregationJ {
+    #[default]
+    Event,
+    Kernel,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -358,6 +371,8 @@ struct PhaseJ {
     #[serde(default, skip_serializing_if = "is_zero")]
     outside_under: u64,
     probe_pair_ns: f64,
+    #[serde(default)]
+    probe_own_ns: f64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -384,6 +399,84 @@ struct ProbeCostJ {
     model: String,
     hits: u64,
     added_ns: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    calibration: Option<CalibrationJ>,
+}
+
+/// The host calibration (docs/json.md, "probe_cost.calibration").
+#[derive(Serialize, Deserialize)]
+struct CalibrationJ {
+    calls: u64,
+    rounds: u32,
+    elapsed_ms: f64,
+    load_end: f64,
+    contended: bool,
+    classes: Vec<ClassCostJ>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ClassCostJ {
+    entry: String,
+    return_mode: String,
+    pair_ns: f64,
+    own_ns: f64,
+    error_ns: f64,
+}
+
+impl From<&Calibration> for CalibrationJ {
+    fn from(c: &Calibration) -> Self {
+        CalibrationJ {
+            calls: c.calls,
+            rounds: c.rounds,
+            elapsed_ms: c.elapsed_ms,
+            load_end: c.load_end,
+            contended: c.contended,
+            classes: c
+                .classes
+                .iter()
+                .map(|k| ClassCostJ {
+                    entry: probe_cost::class_name(k.entry).to_string(),
+                    return_mode: if k.uretprobe {
+                        "uretprobe"
+                    } else {
+                        "ret-sites"
+                    }
+                    .to_string(),
+                    pair_ns: k.pair_ns,
+                    own_ns: k.own_ns,
+                    error_ns: k.error_ns,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl CalibrationJ {
+    fn into_calibration(self) -> Result<Calibration> {
+        let mut classes = Vec::with_capacity(self.classes.len());
+        for k in self.classes {
+            classes.push(ClassCost {
+                entry: probe_cost::class_from_name(&k.entry)
+                    .ok_or_else(|| anyhow!("calibration: unknown entry class {:?}", k.entry))?,
+                uretprobe: match k.return_mode.as_str() {
+                    "uretprobe" => true,
+                    "ret-sites" => false,
+                    other => bail!("calibration: unknown return mode {other:?}"),
+                },
+                pair_ns: k.pair_ns,
+                own_ns: k.own_ns,
+                error_ns: k.error_ns,
+            });
+        }
+        Ok(Calibration {
+            classes,
+            calls: self.calls,
+            rounds: self.rounds,
+            elapsed_ms: self.elapsed_ms,
+            load_end: self.load_end,
+            contended: self.contended,
+        })
+    }
 }
 
 #[derive(Serialize, Deserialize)]
@@ -524,6 +617,10 @@ impl From<&Provenance> for ProvenanceJ {
                 })
                 .collect(),
             end_reason: p.end_reason.clone(),
+            aggregation: match p.aggregation {
+                crate::model::Aggregation::Event => AggregationJ::Event,
+                crate::model::Aggregation::Kernel => AggregationJ::Kernel,
+            },
         }
     }
 }
@@ -552,6 +649,10 @@ impl From<ProvenanceJ> for Provenance {
                 })
                 .collect(),
             end_reason: p.end_reason,
+            aggregation: match p.aggregation {
+                AggregationJ::Event => crate::model::Aggregation::Event,
+                AggregationJ::Kernel => crate::model::Aggregation::Kernel,
+            },
         }
     }
 }
@@ -574,6 +675,7 @@ impl From<&PhaseInfo> for PhaseJ {
             overflow: p.overflow,
             outside_under: p.outside_under,
             probe_pair_ns: p.probe_pair_ns,
+            probe_own_ns: p.probe_own_ns,
         }
     }
 }
@@ -596,6 +698,7 @@ impl From<PhaseJ> for PhaseInfo {
             overflow: p.overflow,
             outside_under: p.outside_under,
             probe_pair_ns: p.probe_pair_ns,
+            probe_own_ns: p.probe_own_ns,
         }
     }
 }
@@ -640,17 +743,22 @@ impl From<&ProbeCost> for ProbeCostJ {
             model: p.model.clone(),
             hits: p.hits,
             added_ns: p.added_ns,
+            calibration: p.calibration.as_ref().map(CalibrationJ::from),
         }
     }
 }
 
-impl From<ProbeCostJ> for ProbeCost {
-    fn from(p: ProbeCostJ) -> Self {
-        ProbeCost {
-            model: p.model,
-            hits: p.hits,
-            added_ns: p.added_ns,
-        }
+impl ProbeCostJ {
+    fn into_probe_cost(self) -> Result<ProbeCost> {
+        Ok(ProbeCost {
+            model: self.model,
+            hits: self.hits,
+            added_ns: self.added_ns,
+            calibration: self
+                .calibration
+                .map(CalibrationJ::into_calibration)
+                .transpose()?,
+        })
     }
 }
 

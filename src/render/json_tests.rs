@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::*;
-use crate::render::testutil::{empty_run, sample_run};
+use crate::render::testutil::{calibrated_run, empty_run, sample_run};
 use crate::render::{render_tree, TextOptions};
 
 fn nodes(tree: &PhaseTree) -> Vec<&TreeNode> {
@@ -23,7 +23,7 @@ fn err_text(r: Result<Run>) -> String {
 
 #[test]
 fn round_trip_is_exact() -> Result<()> {
-    for run in [sample_run(), empty_run()] {
+    for run in [sample_run(), empty_run(), calibrated_run()] {
         let v = to_json(&run);
         for text in [
             serde_json::to_string_pretty(&v)?,
@@ -244,7 +244,7 @@ fn validate(doc: &Value) -> std::result::Result<(), String> {
 
 #[test]
 fn output_validates_against_the_published_schema() {
-    for run in [sample_run(), empty_run()] {
+    for run in [sample_run(), empty_run(), calibrated_run()] {
         if let Err(e) = validate(&to_json(&run)) {
             panic!("docs/json-schema-v1.json rejects to_json's output:\n{e}");
         }

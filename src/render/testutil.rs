@@ -178,6 +178,7 @@ pub fn sample_run() -> Run {
                 overflow: 0,
                 outside_under: 0,
                 probe_pair_ns: pair,
+                probe_own_ns: 0.0,
             }
         });
     }
@@ -218,6 +219,7 @@ pub fn sample_run() -> Run {
                 },
             ],
             end_reason: "duration".into(),
+            aggregation: Default::default(),
         },
         phases,
         counters,
@@ -225,6 +227,7 @@ pub fn sample_run() -> Run {
             model: "estimated (test figures)".into(),
             hits,
             added_ns: added,
+            calibration: None,
         },
         tree,
         calls: sample_calls(),
@@ -299,6 +302,80 @@ fn sample_calls() -> crate::aggregate::CallTable {
         total_calls: 3,
         capped: true,
     }
+}
+
+/// Probe costs of [`calibrated_run`]: every phase's call costs `PAIR_NS` in all, `OWN_NS` of
+/// it inside its own window.
+pub const PAIR_NS: u64 = 1_000;
+/// See [`PAIR_NS`].
+pub const OWN_NS: u64 = 400;
+
+/// The sample run as if calibrated: every node gets corrected figures (its calls lose
+/// `OWN_NS` each and `PAIR_NS` per descendant call), and the run a calibration record.
+pub fn calibrated_run() -> Run {
+    fn descendant_calls(n: &TreeNode) -> u64 {
+        n.children
+            .iter()
+            .map(|c| c.count + descendant_calls(c))
+            .sum()
+    }
+    fn correct(n: &mut TreeNode) {
+        n.children.iter_mut().for_each(correct);
+        let removed = n.count * OWN_NS + descendant_calls(n) * PAIR_NS;
+        let per_call = if n.count == 0 { 0 } else { removed / n.count };
+        let mut hist = crate::aggregate::new_histogram();
+        for v in n.hist.iter_recorded() {
+            let value = v.value_iterated_to().saturating_sub(per_call).max(1);
+            hist.saturating_record_n(value, v.count_at_value());
+        }
+        let kids: u64 = n
+            .children
+            .iter()
+            .filter_map(|c| c.corrected.as_ref().map(|c| c.total_ns))
+            .sum();
+        let total = n.total_ns - removed.min(n.total_ns);
+        n.corrected = Some(crate::aggregate::Corrected {
+            total_ns: total,
+            self_ns: total.saturating_sub(kids),
+            probe_ns: removed.min(n.total_ns),
+            probe_hits: 2 * (n.count + descendant_calls(n)),
+            error_ns: (n.count + descendant_calls(n)) * 30,
+            hist,
+        });
+    }
+    let mut run = sample_run();
+    run.tree.roots.iter_mut().for_each(correct);
+    for p in &mut run.phases {
+        if p.status == "attached" {
+            p.probe_pair_ns = PAIR_NS as f64;
+            p.probe_own_ns = OWN_NS as f64;
+        }
+    }
+    run.probe_cost.model = crate::probe_cost::MEASURED.into();
+    run.probe_cost.calibration = Some(crate::model::Calibration {
+        classes: vec![
+            crate::probe_cost::ClassCost {
+                entry: crate::resolve::CostClass::Nop,
+                uretprobe: true,
+                pair_ns: PAIR_NS as f64,
+                own_ns: OWN_NS as f64,
+                error_ns: 60.0,
+            },
+            crate::probe_cost::ClassCost {
+                entry: crate::resolve::CostClass::Nop,
+                uretprobe: false,
+                pair_ns: PAIR_NS as f64,
+                own_ns: OWN_NS as f64,
+                error_ns: 60.0,
+            },
+        ],
+        calls: 1000,
+        rounds: 5,
+        elapsed_ms: 42.0,
+        load_end: 0.4,
+        contended: false,
+    });
+    run
 }
 
 /// A run in which no phase call completed: phases attached, a few entries, no roots.

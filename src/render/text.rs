@@ -23,6 +23,9 @@ pub struct TextOptions {
     pub color: bool,
     /// Probe share of a node's mean above which the node is flagged with `!` (0.10 = 10%).
     pub flag_probe_share: f64,
+    /// Show the times as measured, probes' time included, even when the run has corrected
+    /// ones (`report --raw`).
+    pub raw: bool,
 }
 
 impl Default for TextOptions {
@@ -30,6 +33,45 @@ impl Default for TextOptions {
         TextOptions {
             color: false,
             flag_probe_share: 0.10,
+            raw: false,
+        }
+    }
+}
+
+/// A node's figures as the tree shows them: corrected for the probes' time when the run has
+/// corrected figures (and `--raw` is not asked for), else as measured.
+struct Shown<'a> {
+    total_ns: u64,
+    self_ns: u64,
+    hist: &'a crate::aggregate::LatencyHistogram,
+    /// The measured mean and the share of the measured total the probes made up, when the
+    /// figures are corrected.
+    raw: Option<(f64, f64)>,
+}
+
+impl<'a> Shown<'a> {
+    fn of(node: &'a TreeNode, raw: bool) -> Shown<'a> {
+        match &node.corrected {
+            Some(c) if !raw => Shown {
+                total_ns: c.total_ns,
+                self_ns: c.self_ns,
+                hist: &c.hist,
+                raw: Some((node.mean_ns(), ratio(c.probe_ns, node.total_ns))),
+            },
+            _ => Shown {
+                total_ns: node.total_ns,
+                self_ns: node.self_ns,
+                hist: &node.hist,
+                raw: None,
+            },
+        }
+    }
+
+    fn mean_ns(&self, count: u64) -> f64 {
+        if count == 0 {
+            0.0
+        } else {
+            self.total_ns as f64 / count as f64
         }
     }
 }
@@ -160,6 +202,8 @@ enum Row {
         /// mean, p50, p99 — absent when no call completed.
         stats: Option<[String; 3]>,
         probe: Option<f64>,
+        /// The measured mean, when the shown times are corrected for the probes.
+        raw_mean: Option<String>,
         /// On-CPU and off-CPU time per root call (runs with `--off-cpu`).
         on_off: Option<[String; 2]>,
         /// Units of a `unit` phase and its time per unit, e.g. `20000 rows  1.52 µs/row`.
@@ -196,6 +240,7 @@ impl Row {
                 count,
                 stats,
                 probe,
+                raw_mean,
                 on_off,
                 units,
             } => {
@@ -221,7 +266,10 @@ impl Row {
                     } else {
                         format!("{:.0}", p * 100.0)
                     };
-                    let text = format!("probe {pct:>3}%");
+                    let text = match raw_mean {
+                        Some(m) => format!("raw {m:>8}  probe {pct:>3}%"),
+                        None => format!("probe {pct:>3}%"),
+                    };
                     if *p > opts.flag_probe_share {
                         s.push_str(&format!(
                             "  {}",
@@ -289,10 +337,12 @@ fn walk(
     rows: &mut Vec<Row>,
     flagged: &mut Vec<Flagged>,
 ) {
-    let probe = if ctx.show_probe {
-        ctx.probe_share(node)
-    } else {
-        None
+    let shown = Shown::of(node, ctx.opts.raw);
+    let probe = match shown.raw {
+        // Corrected: the share of the measured time that was the probes'.
+        Some((_, share)) => Some(share).filter(|s| s.is_finite()),
+        None if ctx.show_probe => ctx.probe_share(node),
+        None => None,
     };
     if let Some(p) = probe.filter(|p| *p > ctx.opts.flag_probe_share) {
         match flagged.iter_mut().find(|f| f.name == node.name) {
@@ -305,22 +355,26 @@ fn walk(
     }
     let stats = (node.count > 0).then(|| {
         [
-            format_ns(node.mean_ns()),
-            format_ns_u64(node.hist.value_at_quantile(0.5)),
-            format_ns_u64(node.hist.value_at_quantile(0.99)),
+            format_ns(shown.mean_ns(node.count)),
+            format_ns_u64(shown.hist.value_at_quantile(0.5)),
+            format_ns_u64(shown.hist.value_at_quantile(0.99)),
         ]
     });
     rows.push(Row::Node {
         label: format!("{label_prefix}{}", node.name),
         is_root: parent_total.is_none(),
-        per_root: per_root(node.total_ns, root_calls),
+        per_root: per_root(shown.total_ns, root_calls),
         share: match parent_total {
             None => format_share(1.0),
-            Some(p) => format_share(ratio(node.total_ns, p)),
+            Some(p) => format_share(ratio(shown.total_ns, p)),
         },
         count: node.count,
         stats,
         probe,
+        raw_mean: shown
+            .raw
+            .filter(|_| node.count > 0)
+            .map(|(m, _)| format_ns(m)),
         on_off: node.off_cpu_ns.map(|off| {
             [
                 per_root(node.total_ns.saturating_sub(off), root_calls),
@@ -331,11 +385,12 @@ fn walk(
             let per = if u.total == 0 {
                 "-".to_string()
             } else {
-                format_ns(node.total_ns as f64 / u.total as f64)
+                format_ns(shown.total_ns as f64 / u.total as f64)
             };
             format!("{} {}  {per}/{}", u.total, u.name, singular(&u.name))
         }),
     });
+    let (total_shown, self_shown) = (shown.total_ns, shown.self_ns);
 
     let mut under: Vec<Under<'_>> = node.children.iter().map(Under::Child).collect();
     if !node.children.is_empty() {
@@ -367,7 +422,7 @@ fn walk(
                 ctx,
                 c,
                 root_calls,
-                Some(node.total_ns),
+                Some(total_shown),
                 label,
                 format!("{child_prefix}{cont}"),
                 rows,
@@ -375,8 +430,8 @@ fn walk(
             ),
             Under::SelfTime => rows.push(Row::SelfTime {
                 label: format!("{label}(self)"),
-                per_root: per_root(node.self_ns, root_calls),
-                share: format_share(ratio(node.self_ns, node.total_ns)),
+                per_root: per_root(self_shown, root_calls),
+                share: format_share(ratio(self_shown, total_shown)),
             }),
             Under::Note(text, warn) => rows.push(Row::Note {
                 label: format!("{label}{text}"),

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::aggregate::TreeNode;
-use crate::render::testutil::{assert_golden, empty_run, sample_run};
+use crate::render::testutil::{assert_golden, calibrated_run, empty_run, sample_run};
 
 fn plain(run: &Run) -> String {
     render_tree(run, &TextOptions::default())
@@ -88,8 +88,58 @@ fn run_without_roots_matches_golden() {
 }
 
 #[test]
+fn corrected_tree_matches_golden() {
+    assert_golden("tree_corrected.txt", &plain(&calibrated_run()));
+}
+
+#[test]
+fn corrected_tree_shows_corrected_times_and_the_raw_mean() {
+    let run = calibrated_run();
+    let text = plain(&run);
+    let enc = run.tree.find(&["write_record", "encode_record"]).unwrap();
+    let c = enc.corrected.as_ref().unwrap();
+    let row = text.lines().find(|l| l.contains("encode_record")).unwrap();
+    let mean = format_ns(c.total_ns as f64 / enc.count as f64);
+    let raw = format_ns(enc.mean_ns());
+    assert!(row.contains(&format!("mean {mean:>8}")), "{row}");
+    assert!(row.contains(&format!("raw {raw:>8}")), "{row}");
+    assert!(
+        text.contains("all corrected for the probes' time"),
+        "{text}"
+    );
+    assert!(text.contains("probe cost (calibrated)"), "{text}");
+    assert!(
+        text.contains("calibrated on this host (5 rounds × 1000 calls, 42 ms)"),
+        "{text}"
+    );
+    // --raw shows the measured times, as an uncorrected run does.
+    let raw_text = render_tree(
+        &run,
+        &TextOptions {
+            raw: true,
+            ..TextOptions::default()
+        },
+    );
+    // Up to the probe column, which uses each run's own pair costs.
+    let tree = |t: &str| -> Vec<String> {
+        let head = t.split("\n\n").next().unwrap();
+        head.lines()
+            .map(|l| l.split("  probe").next().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(tree(&raw_text), tree(&plain(&sample_run())));
+    assert!(!raw_text.contains(" raw "), "{raw_text}");
+}
+
+#[test]
 fn rows_add_up_to_their_parent() {
-    let text = plain(&sample_run());
+    for run in [sample_run(), calibrated_run()] {
+        rows_add_up(&run);
+    }
+}
+
+fn rows_add_up(run: &Run) {
+    let text = plain(run);
     let lines = parse(&text);
     let mut checked = 0;
     for (i, l) in lines.iter().enumerate() {

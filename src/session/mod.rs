@@ -5,6 +5,7 @@
 //! the exit of the last traced process; each writes every output.
 
 mod child;
+mod costs;
 mod late;
 mod outputs;
 mod processes;
@@ -25,6 +26,7 @@ use crate::model::{
 use crate::probe_cost;
 use crate::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
+use costs::{calibrated, RunCosts};
 
 pub use child::GatedChild;
 pub use outputs::{render_to, write_outputs, Kind as OutputKind};
@@ -45,6 +47,8 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     }
     let mut phases = resolve_checked(&profile, Scope::Pids(a.pid.clone()), &a.trace)?;
     let mut tracer = Tracer::load(tracer_options(&a.trace))?;
+    let mut collector = Collector::new(&mut tracer)?;
+    let costs = calibrated(&mut tracer, &mut collector, &phases, &a.trace)?;
     test_pause_before_attach();
     if a.follow_forks {
         // Before any uprobe goes live: from then on BPF keeps only the traced processes.
@@ -93,6 +97,8 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     let started = std::time::SystemTime::now();
     let traced = run(
         &mut tracer,
+        collector,
+        &costs,
         &phases,
         &profile,
         &a.trace,
@@ -103,7 +109,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     if let Some(l) = late {
         l.merge(&mut phases);
     }
-    let mut run = build_run(&profile, &phases, traced, started);
+    let mut run = build_run(&profile, &phases, traced, started, &costs);
     run.provenance.pids = a.pid.clone();
     run.provenance.follow_forks = a.follow_forks;
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
@@ -118,6 +124,8 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let exe = child::find_executable(&r.command[0])?;
     let mut phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
+    let mut collector = Collector::new(&mut tracer)?;
+    let costs = calibrated(&mut tracer, &mut collector, &phases, &r.trace)?;
     let mut child = GatedChild::spawn(&exe, &r.command)?;
     let attach_started = std::time::Instant::now();
     let attached = tracer.attach(&phases, &[child.pid()], false).and_then(|s| {
@@ -153,6 +161,8 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let mut watch = Watch::child(child, r.trace.duration);
     let traced = run(
         &mut tracer,
+        collector,
+        &costs,
         &phases,
         &profile,
         &r.trace,
@@ -164,7 +174,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
         l.merge(&mut phases);
     }
     let status = watch.finish()?;
-    let mut run = build_run(&profile, &phases, traced, started);
+    let mut run = build_run(&profile, &phases, traced, started, &costs);
     run.provenance.pids = vec![pid];
     run.provenance.command = Some(r.command.clone());
     write_outputs(&run, &r.outputs, r.trace.quiet)?;
@@ -285,8 +295,11 @@ struct Traced {
     labels: processes::ProcessLabels,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run(
     tracer: &mut Tracer,
+    mut collector: Collector,
+    costs: &RunCosts,
     phases: &[ResolvedPhase],
     profile: &Profile,
     t: &TraceArgs,
@@ -295,8 +308,20 @@ fn run(
     mut late: Option<&mut late::LateAttach>,
 ) -> Result<Traced> {
     let names = &phase_names(profile);
-    let mut collector = Collector::new(tracer)?;
-    let mut agg = Aggregator::with_calls(names, t.max_calls, DEFAULT_MAX_SPANS);
+    let in_kernel = t.aggregate == crate::args::AggregateMode::Kernel;
+    if in_kernel {
+        // attach()/record() switch it on before attaching; spans of calls that completed
+        // before the switch (if any) add up with the summaries.
+        tracer.aggregate_in_kernel()?;
+    }
+    let mut agg = if in_kernel {
+        Aggregator::new()
+    } else {
+        Aggregator::with_calls(names, t.max_calls, DEFAULT_MAX_SPANS)
+    };
+    if let Some(own) = costs.own_ns() {
+        agg.correct_probe_time(own);
+    }
     if t.off_cpu {
         agg.track_off_cpu();
     }
@@ -335,7 +360,11 @@ fn run(
     if let Some(s) = snapshots.as_mut() {
         s.write(&agg)?;
     }
-    let end = read_end_state(tracer, phases.len()).context("read the final counters from BPF")?;
+    let mut end =
+        read_end_state(tracer, phases.len()).context("read the final counters from BPF")?;
+    if in_kernel {
+        crate::collect::kernel::finish_run(tracer, &mut agg, &mut end)?;
+    }
     let (cpu, off_cpu) = stack_sink
         .finish(tracer, &agg, names, &end, t.cpu_sample, t.off_cpu)
         .context("name the sampled stacks")?;
@@ -369,6 +398,7 @@ fn build_run(
     phases: &[ResolvedPhase],
     traced: Traced,
     started: std::time::SystemTime,
+    costs: &RunCosts,
 ) -> Run {
     let Traced {
         agg,
@@ -385,15 +415,25 @@ fn build_run(
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
     let events = agg.events();
     let skipped_spans = agg.skipped();
-    let (tree, calls, spans, per_pid) = agg.finish_all(&names, &roles, &end.nodes);
+    let (mut tree, calls, spans, per_pid) = agg.finish_all(&names, &roles, &end.nodes);
+    let calibration = costs.measured.as_ref().map(costs::calibration);
+    // Each probe hit inside a call may be off by the calibration's error (per pair: two hits).
+    let hits_by_phase: Vec<u64> = end.phases.iter().map(|p| p.entries + p.returns).collect();
+    let error_per_hit = calibration.as_ref().map_or(0.0, |c| {
+        costs.error_per_hit_ns(&hits_by_phase) * if c.contended { 2.0 } else { 1.0 }
+    });
+    costs::state_errors(&mut tree, error_per_hit);
     let processes = per_pid
         .into_iter()
-        .map(|p| ProcessRun {
-            pid: p.pid,
-            label: labels.label(p.pid),
-            parent: labels.parent(p.pid),
-            parent_label: labels.parent(p.pid).map(|q| labels.label(q)),
-            tree: p.tree,
+        .map(|mut p| {
+            costs::state_errors(&mut p.tree, error_per_hit);
+            ProcessRun {
+                pid: p.pid,
+                label: labels.label(p.pid),
+                parent: labels.parent(p.pid),
+                parent_label: labels.parent(p.pid).map(|q| labels.label(q)),
+                tree: p.tree,
+            }
         })
         .collect();
 
@@ -405,14 +445,23 @@ fn build_run(
         let pc = end.phases.get(rp.id as usize).copied().unwrap_or_default();
         let first = rp.targets.first();
         let attached = matches!(rp.status, Status::Resolved);
-        let pair = if attached {
-            probe_cost::pair_ns(rp)
-        } else {
-            0.0
+        let calibrated = costs
+            .per_phase
+            .get(rp.id as usize)
+            .copied()
+            .unwrap_or_default();
+        let pair = match (attached, &costs.measured) {
+            (false, _) => 0.0,
+            (true, Some(_)) => calibrated.pair_ns,
+            (true, None) => probe_cost::pair_ns(rp),
         };
         hits += pc.entries + pc.returns;
         if let Some(t) = first {
-            let entry_hit = probe_cost::hit_ns(t.entry.cost);
+            let entry_hit = match costs.measured {
+                // The calibration measures pairs: split evenly between entry and return.
+                Some(_) => pair / 2.0,
+                None => probe_cost::hit_ns(t.entry.cost),
+            };
             added_ns += pc.entries as f64 * entry_hit + pc.returns as f64 * (pair - entry_hit);
             let o = ObjectInfo {
                 path: t.display_object.clone(),
@@ -461,6 +510,7 @@ fn build_run(
             overflow: pc.overflow,
             outside_under: pc.outside_under,
             probe_pair_ns: pair,
+            probe_own_ns: if attached { calibrated.own_ns } else { 0.0 },
         });
     }
     let counters = Counters {
@@ -494,15 +544,22 @@ fn build_run(
         profile_hash: profile.hash(),
         objects,
         end_reason: reason.to_string(),
+        aggregation: end.aggregation,
     };
     Run {
         provenance,
         phases: infos,
         counters,
         probe_cost: ProbeCost {
-            model: probe_cost::MODEL.to_string(),
+            model: if costs.measured.is_some() {
+                probe_cost::MEASURED
+            } else {
+                probe_cost::MODEL
+            }
+            .to_string(),
             hits,
             added_ns,
+            calibration,
         },
         calls,
         spans,

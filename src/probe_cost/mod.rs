@@ -1,0 +1,111 @@
+//! What one probe hit costs, by the instruction it lands on and the phase's return mode.
+//!
+//! Measured on the host before each run ([`calibrate`]), or, with `--no-calibrate` and for
+//! commands that attach nothing (`probes`), the fixed figures measured on this project's VMs
+//! (facts.md: entry+return pairs of 1.2-12.6 µs), labelled as estimates in every output.
+
+mod calibrate;
+pub mod targets;
+
+pub use calibrate::{calibrate, Measured};
+
+use crate::profile::ReturnMode;
+use crate::resolve::{CostClass, ResolvedPhase};
+
+/// The label outputs carry for the fixed figures.
+pub const MODEL: &str =
+    "estimated (fixed per-class costs measured on the project's VMs; not calibrated on this host)";
+
+/// The label outputs carry for figures calibrated on the host.
+pub const MEASURED: &str = "calibrated on this host before the run";
+
+/// Cost of one uprobe hit on an instruction of this class, ns (fixed estimate).
+pub fn hit_ns(class: CostClass) -> f64 {
+    match class {
+        CostClass::Nop => 600.0,
+        CostClass::Emulated => 700.0,
+        CostClass::SingleStep => 5_800.0,
+    }
+}
+
+/// Cost of one uretprobe return (trampoline trap, no single-step), ns (fixed estimate).
+pub const URETPROBE_RETURN_NS: f64 = 1_000.0;
+
+/// Estimated cost of one call's entry + return probes for a resolved phase, ns.
+pub fn pair_ns(phase: &ResolvedPhase) -> f64 {
+    let Some(t) = phase.targets.first() else {
+        return 0.0;
+    };
+    let ret = match phase.return_mode {
+        ReturnMode::Uretprobe => URETPROBE_RETURN_NS,
+        // A call leaves through one exit site; take the costliest class present.
+        _ => t.exits.iter().map(|s| hit_ns(s.cost)).fold(0.0, f64::max),
+    };
+    hit_ns(t.entry.cost) + ret
+}
+
+/// The spelling of a cost class in outputs.
+pub fn class_name(class: CostClass) -> &'static str {
+    match class {
+        CostClass::Nop => "nop",
+        CostClass::Emulated => "emulated",
+        CostClass::SingleStep => "single-step",
+    }
+}
+
+/// The cost class spelled as in outputs, back.
+pub fn class_from_name(name: &str) -> Option<CostClass> {
+    match name {
+        "nop" => Some(CostClass::Nop),
+        "emulated" => Some(CostClass::Emulated),
+        "single-step" => Some(CostClass::SingleStep),
+        _ => None,
+    }
+}
+
+/// One calibrated combination of entry class and return mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassCost {
+    /// Class of the entry instruction.
+    pub entry: CostClass,
+    /// True for a uretprobe return, false for a probe on the RET instruction.
+    pub uretprobe: bool,
+    /// Whole entry + return cost of one call, ns: what an enclosing call's window contains.
+    pub pair_ns: f64,
+    /// The part of it inside the call's own window, ns.
+    pub own_ns: f64,
+    /// Largest deviation of a calibration round from the median pair cost, ns.
+    pub error_ns: f64,
+}
+
+/// The costs of one call of a phase, as used to correct its times.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PhaseCosts {
+    /// Whole entry + return cost, ns.
+    pub pair_ns: f64,
+    /// The part inside the call's own window, ns.
+    pub own_ns: f64,
+    /// Uncertainty of `pair_ns` per call, ns.
+    pub error_ns: f64,
+}
+
+/// Calibrated costs of a phase: the combination of its entry class and return mode. Kernel
+/// phases (tracepoints) are not calibrated and cost nothing here.
+pub fn phase_costs(classes: &[ClassCost], phase: &ResolvedPhase) -> PhaseCosts {
+    let Some(t) = phase.targets.first() else {
+        return PhaseCosts::default();
+    };
+    if phase.kernel.is_some() {
+        return PhaseCosts::default();
+    }
+    let uretprobe = phase.return_mode == ReturnMode::Uretprobe;
+    classes
+        .iter()
+        .find(|c| c.entry == t.entry.cost && c.uretprobe == uretprobe)
+        .map(|c| PhaseCosts {
+            pair_ns: c.pair_ns,
+            own_ns: c.own_ns,
+            error_ns: c.error_ns,
+        })
+        .unwrap_or_default()
+}

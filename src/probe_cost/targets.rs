@@ -1,0 +1,135 @@
+//! The calibration target: tiny functions whose first instruction is known, one per probe
+//! cost class and return mode, and the loop that times them in a child process.
+//!
+//! wprof re-executes itself as `wprof __calibrate`; the parent attaches its probes to these
+//! functions in that child and compares the child's own per-call times with and without
+//! them. The functions are written in assembly so their first instruction — which decides
+//! how the kernel handles the probe — cannot change with the compiler.
+
+use std::io::{BufRead, Write};
+use std::time::Instant;
+
+/// The hidden first argument that makes wprof run as the calibration target.
+pub const CHILD_ARG: &str = "__calibrate";
+
+/// How a calibration function starts: the cost classes of `resolve::CostClass`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// A 5-byte nop.
+    Nop5,
+    /// `push %rbp` (the kernel emulates it).
+    Push,
+    /// `mov %rdi,%rax` (the kernel single-steps it).
+    Mov,
+}
+
+/// One calibration function: how it starts, where its `ret` is, and its address.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// First instruction.
+    pub start: Start,
+    /// Whether the parent probes its return with a uretprobe (else a probe on its `ret`).
+    pub uretprobe: bool,
+    /// Offset of its single `ret` from the entry.
+    pub ret_offset: u64,
+    f: extern "C" fn(u64) -> u64,
+}
+
+// Two copies of each start, one per return mode, so every combination can be probed at once.
+macro_rules! calibration_fn {
+    ($name:ident, $($insn:literal),+) => {
+        /// A calibration function (see the module doc); returns its argument.
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub extern "C" fn $name(_x: u64) -> u64 {
+            core::arch::naked_asm!($($insn),+, "mov rax, rdi", "ret")
+        }
+    };
+}
+
+calibration_fn!(wprof_calib_nop5_u, ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00");
+calibration_fn!(wprof_calib_nop5_r, ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00");
+calibration_fn!(wprof_calib_push_u, "push rbp", "pop rbp");
+calibration_fn!(wprof_calib_push_r, "push rbp", "pop rbp");
+calibration_fn!(wprof_calib_mov_u, "mov rax, rdi");
+calibration_fn!(wprof_calib_mov_r, "mov rax, rdi");
+
+/// The six calibration functions: each start, probed with a uretprobe and with RET sites.
+pub fn targets() -> [Target; 6] {
+    // Byte lengths: nop5 5 + mov 3; push 1 + pop 1 + mov 3; mov 3 + mov 3.
+    let t = |start, uretprobe, ret_offset, f| Target {
+        start,
+        uretprobe,
+        ret_offset,
+        f,
+    };
+    [
+        t(
+            Start::Nop5,
+            true,
+            8,
+            wprof_calib_nop5_u as extern "C" fn(u64) -> u64,
+        ),
+        t(Start::Nop5, false, 8, wprof_calib_nop5_r),
+        t(Start::Push, true, 5, wprof_calib_push_u),
+        t(Start::Push, false, 5, wprof_calib_push_r),
+        t(Start::Mov, true, 6, wprof_calib_mov_u),
+        t(Start::Mov, false, 6, wprof_calib_mov_r),
+    ]
+}
+
+impl Target {
+    /// The function's address in this process.
+    pub fn address(&self) -> u64 {
+        self.f as usize as u64
+    }
+
+    /// Calls the function `n` times; returns the mean ns per call.
+    fn time(&self, n: u64) -> f64 {
+        let f = std::hint::black_box(self.f);
+        let t0 = Instant::now();
+        let mut acc = 0u64;
+        for i in 0..n {
+            acc = acc.wrapping_add(f(i));
+        }
+        std::hint::black_box(acc);
+        t0.elapsed().as_nanos() as f64 / n.max(1) as f64
+    }
+}
+
+/// The child's side (`wprof __calibrate`). Protocol on stdin/stdout, one line each:
+/// it prints `addr A1 .. A6`; then for each `run N1 .. N6` it calls function i Ni times, in
+/// order, and prints `ns T1 .. T6` (mean ns per call, 0 for Ni = 0); `quit` or EOF ends it.
+pub fn child_main() -> i32 {
+    let targets = targets();
+    let mut out = std::io::stdout().lock();
+    let addrs: Vec<String> = targets.iter().map(|t| t.address().to_string()).collect();
+    if writeln!(out, "addr {}", addrs.join(" ")).is_err() || out.flush().is_err() {
+        return 1;
+    }
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { return 1 };
+        let mut words = line.split_whitespace();
+        let counts: Vec<u64> = match words.next() {
+            Some("run") => words.filter_map(|n| n.parse().ok()).collect(),
+            _ => return 0,
+        };
+        match counts.len() == targets.len() {
+            true => {
+                let ns: Vec<String> = targets
+                    .iter()
+                    .zip(&counts)
+                    .map(|(t, &n)| match n {
+                        0 => "0".to_string(),
+                        n => format!("{:.2}", t.time(n)),
+                    })
+                    .collect();
+                if writeln!(out, "ns {}", ns.join(" ")).is_err() || out.flush().is_err() {
+                    return 1;
+                }
+            }
+            false => return 2,
+        }
+    }
+    0
+}

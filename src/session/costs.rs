@@ -1,0 +1,170 @@
+//! The probe costs a run corrects with: calibrated on the host before attaching (unless
+//! `--no-calibrate`), handed to BPF per phase and to the aggregator.
+
+use anyhow::Result;
+use wprof_common::PhaseCost;
+
+use crate::aggregate::{PhaseTree, TreeNode};
+use crate::args::TraceArgs;
+use crate::attach::Tracer;
+use crate::collect::Collector;
+use crate::model::Calibration;
+use crate::probe_cost::{self, Measured, PhaseCosts};
+use crate::profile::ReturnMode;
+use crate::resolve::{CostClass, ResolvedPhase, Status};
+
+/// What a run knows about its probes' cost.
+pub(super) struct RunCosts {
+    /// The calibration, None when skipped or failed (times are then not corrected).
+    pub measured: Option<Measured>,
+    /// Per phase id, the costs of one call (zeros without calibration).
+    pub per_phase: Vec<PhaseCosts>,
+}
+
+impl RunCosts {
+    /// Per phase id, the probe time inside a call's own window (ns), when correcting.
+    pub fn own_ns(&self) -> Option<Vec<u64>> {
+        self.measured.as_ref()?;
+        Some(
+            self.per_phase
+                .iter()
+                .map(|c| c.own_ns.round() as u64)
+                .collect(),
+        )
+    }
+
+    /// Uncertainty of one probe hit, ns: each phase's pair error split over its two hits,
+    /// weighted by the hits its probes took (`hits[phase id]`).
+    pub fn error_per_hit_ns(&self, hits: &[u64]) -> f64 {
+        let (mut sum, mut n) = (0.0, 0u64);
+        for (c, &h) in self.per_phase.iter().zip(hits) {
+            sum += h as f64 * c.error_ns / 2.0;
+            n += h;
+        }
+        if n == 0 {
+            0.0
+        } else {
+            sum / n as f64
+        }
+    }
+}
+
+/// Calibrates (unless `--no-calibrate`) and gives BPF each phase's costs. A calibration that
+/// fails is a warning: the run goes on uncorrected.
+pub(super) fn calibrated(
+    tracer: &mut Tracer,
+    collector: &mut Collector,
+    phases: &[ResolvedPhase],
+    t: &TraceArgs,
+) -> Result<RunCosts> {
+    let n = phases.iter().map(|p| p.id as usize + 1).max().unwrap_or(0);
+    let mut costs = RunCosts {
+        measured: None,
+        per_phase: vec![PhaseCosts::default(); n],
+    };
+    if t.no_calibrate {
+        return Ok(costs);
+    }
+    let wanted: Vec<(CostClass, bool)> = phases
+        .iter()
+        .filter(|p| matches!(p.status, Status::Resolved) && p.kernel.is_none())
+        .filter_map(|p| {
+            let t = p.targets.first()?;
+            Some((t.entry.cost, p.return_mode == ReturnMode::Uretprobe))
+        })
+        .collect();
+    let measured = match probe_cost::calibrate(tracer, collector, t.ring_size, &wanted) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!(
+                "wprof: warning: probe cost calibration failed ({e:#}); times are not corrected"
+            );
+            return Ok(costs);
+        }
+    };
+    for p in phases
+        .iter()
+        .filter(|p| matches!(p.status, Status::Resolved))
+    {
+        costs.per_phase[p.id as usize] = probe_cost::phase_costs(&measured.classes, p);
+    }
+    let bpf: Vec<PhaseCost> = costs
+        .per_phase
+        .iter()
+        .map(|c| PhaseCost {
+            pair_ns: c.pair_ns.round() as u64,
+            own_ns: c.own_ns.round() as u64,
+        })
+        .collect();
+    tracer.set_phase_costs(&bpf)?;
+    if !t.quiet {
+        eprintln!("wprof: {}", summary(&measured, phases));
+    }
+    costs.measured = Some(measured);
+    Ok(costs)
+}
+
+/// One line on what the calibration found for the classes this run's phases use.
+fn summary(m: &Measured, phases: &[ResolvedPhase]) -> String {
+    let used: Vec<String> = m
+        .classes
+        .iter()
+        .filter(|c| {
+            phases.iter().any(|p| {
+                p.targets.first().is_some_and(|t| t.entry.cost == c.entry)
+                    && (p.return_mode == ReturnMode::Uretprobe) == c.uretprobe
+            })
+        })
+        .map(|c| {
+            format!(
+                "{}+{} {:.2} µs ({:.2} inside its own call) ±{:.2}",
+                probe_cost::class_name(c.entry),
+                if c.uretprobe { "uretprobe" } else { "ret-site" },
+                c.pair_ns / 1e3,
+                c.own_ns / 1e3,
+                c.error_ns / 1e3
+            )
+        })
+        .collect();
+    format!(
+        "probe cost per call, calibrated in {:.0} ms: {}",
+        m.elapsed_ms,
+        if used.is_empty() {
+            "no symbol phase".to_string()
+        } else {
+            used.join(", ")
+        }
+    )
+}
+
+/// The run's record of a calibration, with the host's load at the end of the run: a load
+/// above the CPU count means the traced threads competed for CPUs, so the calibration (made
+/// before) may not hold and its errors are doubled.
+pub(super) fn calibration(m: &Measured) -> Calibration {
+    let load_end = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    Calibration {
+        classes: m.classes.clone(),
+        calls: m.calls,
+        rounds: m.rounds,
+        elapsed_ms: m.elapsed_ms,
+        load_end,
+        contended: load_end > cpus,
+    }
+}
+
+/// Sets every corrected node's stated error: its probe hits times the error per hit.
+pub(super) fn state_errors(tree: &mut PhaseTree, error_per_hit_ns: f64) {
+    fn walk(n: &mut TreeNode, e: f64) {
+        if let Some(c) = &mut n.corrected {
+            c.error_ns = (c.probe_hits as f64 * e).round() as u64;
+        }
+        n.children.iter_mut().for_each(|c| walk(c, e));
+    }
+    tree.roots
+        .iter_mut()
+        .for_each(|r| walk(r, error_per_hit_ns));
+}
