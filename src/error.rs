@@ -34,6 +34,8 @@ pub mod exit {
     pub const CHECK_FAILED: i32 = 3;
     /// A required phase could not be resolved.
     pub const UNRESOLVED: i32 = 4;
+    /// `--max-overhead` detached the probes (outputs were written).
+    pub const OVER_BUDGET: i32 = 5;
 }
 
 /// The exit code for an error that ended the program.

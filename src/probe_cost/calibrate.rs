@@ -111,6 +111,15 @@ fn measure(
             exit: (!t.uretprobe).then_some(entry + t.ret_offset),
         });
     }
+    let outer = maps
+        .lookup(child.outer)
+        .context("calibration loop not in the child's mappings")?
+        .file_offset(child.outer);
+    points.push(CalibrationPoint {
+        phase: FIRST_ID + targets.len() as u32,
+        entry: outer,
+        exit: None,
+    });
     tracer.attach_calibration(&exe, child.pid(), &points)?;
     // A short first round sizes the others: ~ROUND_NS per function, the slow classes (a
     // single-stepped probe costs tens of µs on a VM) with fewer calls.
@@ -191,6 +200,8 @@ struct CalibrationChild {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     addrs: Vec<u64>,
+    /// Address of the loop the functions are called from.
+    outer: u64,
 }
 
 impl CalibrationChild {
@@ -211,8 +222,11 @@ impl CalibrationChild {
             stdin,
             stdout: BufReader::new(stdout),
             addrs: Vec::new(),
+            outer: 0,
         };
-        c.addrs = c.read_line("addr")?.iter().map(|&v| v as u64).collect();
+        let addrs = c.read_line("addr", 1)?;
+        c.addrs = addrs.iter().map(|&v| v as u64).collect();
+        c.outer = c.addrs.pop().unwrap_or(0);
         Ok(c)
     }
 
@@ -225,10 +239,11 @@ impl CalibrationChild {
         let n: Vec<String> = n.iter().map(u64::to_string).collect();
         writeln!(self.stdin, "run {}", n.join(" ")).context("talk to the calibration target")?;
         self.stdin.flush()?;
-        self.read_line("ns")
+        self.read_line("ns", 0)
     }
 
-    fn read_line(&mut self, tag: &str) -> Result<Vec<f64>> {
+    /// A reply of `tag` and one number per function, plus `extra` more.
+    fn read_line(&mut self, tag: &str, extra: usize) -> Result<Vec<f64>> {
         let mut line = String::new();
         self.stdout
             .read_line(&mut line)
@@ -238,7 +253,7 @@ impl CalibrationChild {
             bail!("calibration target said {line:?}, expected '{tag} ...'");
         }
         let v: Vec<f64> = words.filter_map(|w| w.parse().ok()).collect();
-        if v.len() != targets::targets().len() {
+        if v.len() != targets::targets().len() + extra {
             bail!("calibration target said {line:?}");
         }
         Ok(v)

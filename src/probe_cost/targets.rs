@@ -84,26 +84,42 @@ impl Target {
         self.f as usize as u64
     }
 
-    /// Calls the function `n` times; returns the mean ns per call.
+    /// Calls the function `n` times inside [`wprof_calib_outer`]; returns the mean ns per
+    /// call.
     fn time(&self, n: u64) -> f64 {
-        let f = std::hint::black_box(self.f);
+        let outer = std::hint::black_box(wprof_calib_outer as extern "C" fn(_, _) -> u64);
         let t0 = Instant::now();
-        let mut acc = 0u64;
-        for i in 0..n {
-            acc = acc.wrapping_add(f(i));
-        }
-        std::hint::black_box(acc);
+        std::hint::black_box(outer(self.f, n));
         t0.elapsed().as_nanos() as f64 / n.max(1) as f64
     }
 }
 
+/// Calls `f` `n` times. The parent probes it too, so the calibration calls run nested inside
+/// an open phase, as most probed calls do: BPF then keeps the thread's stack between them
+/// instead of allocating it on every call (which only a root call pays, outside its window).
+#[inline(never)]
+#[unsafe(no_mangle)]
+pub extern "C" fn wprof_calib_outer(f: extern "C" fn(u64) -> u64, n: u64) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = acc.wrapping_add(f(i));
+    }
+    acc
+}
+
+/// The address of [`wprof_calib_outer`] in this process.
+pub fn outer_address() -> u64 {
+    wprof_calib_outer as extern "C" fn(_, _) -> u64 as usize as u64
+}
+
 /// The child's side (`wprof __calibrate`). Protocol on stdin/stdout, one line each:
-/// it prints `addr A1 .. A6`; then for each `run N1 .. N6` it calls function i Ni times, in
+/// it prints `addr A1 .. A6 OUTER`; then for each `run N1 .. N6` it calls function i Ni times, in
 /// order, and prints `ns T1 .. T6` (mean ns per call, 0 for Ni = 0); `quit` or EOF ends it.
 pub fn child_main() -> i32 {
     let targets = targets();
     let mut out = std::io::stdout().lock();
-    let addrs: Vec<String> = targets.iter().map(|t| t.address().to_string()).collect();
+    let mut addrs: Vec<String> = targets.iter().map(|t| t.address().to_string()).collect();
+    addrs.push(outer_address().to_string());
     if writeln!(out, "addr {}", addrs.join(" ")).is_err() || out.flush().is_err() {
         return 1;
     }

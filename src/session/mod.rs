@@ -8,6 +8,7 @@ mod child;
 mod costs;
 mod late;
 mod outputs;
+mod overhead;
 mod processes;
 mod snapshots;
 mod stacks;
@@ -19,7 +20,7 @@ use crate::aggregate::{Aggregator, UnitSpec, DEFAULT_MAX_SPANS};
 use crate::args::{AttachArgs, RecordArgs, TraceArgs};
 use crate::attach::{check_capabilities, process_alive, Tracer, TracerOptions};
 use crate::collect::{read_end_state, Collector, EndState};
-use crate::error::WprofError;
+use crate::error::{exit, WprofError};
 use crate::model::{
     Counters, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance, Run, StackProfile,
 };
@@ -109,11 +110,12 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     if let Some(l) = late {
         l.merge(&mut phases);
     }
+    let over_budget = traced.reason == EndReason::OverheadBudget;
     let mut run = build_run(&profile, &phases, traced, started, &costs);
     run.provenance.pids = a.pid.clone();
     run.provenance.follow_forks = a.follow_forks;
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
-    Ok(0)
+    Ok(if over_budget { exit::OVER_BUDGET } else { 0 })
 }
 
 /// `wprof record`: start a command with probes live before its main runs, trace it to its
@@ -174,11 +176,17 @@ pub fn record(r: RecordArgs) -> Result<i32> {
         l.merge(&mut phases);
     }
     let status = watch.finish()?;
+    let over_budget = traced.reason == EndReason::OverheadBudget;
     let mut run = build_run(&profile, &phases, traced, started, &costs);
     run.provenance.pids = vec![pid];
     run.provenance.command = Some(r.command.clone());
     write_outputs(&run, &r.outputs, r.trace.quiet)?;
-    Ok(status)
+    // The command ran on untraced after the probes were detached: its own failure first.
+    Ok(if over_budget && status == 0 {
+        exit::OVER_BUDGET
+    } else {
+        status
+    })
 }
 
 /// Test hook: `WPROF_TEST_PAUSE_BEFORE_ATTACH_MS` holds attach back so the tests can make a
@@ -345,10 +353,24 @@ fn run(
         stacks: &mut stack_sink,
         snapshots: snapshots.as_mut(),
         labels: &mut labels,
-        on_maps_changed: &mut |pid, at_ns| {
-            if let Some(l) = late.as_deref_mut() {
-                l.maps_changed(pid, at_ns, tracer)
-            }
+        hooks: &mut RunHooks {
+            tracer,
+            late: late.as_deref_mut(),
+            overhead: overhead::OverheadWatch::new(
+                phases
+                    .iter()
+                    .map(|p| match &costs.measured {
+                        Some(_) => costs
+                            .per_phase
+                            .get(p.id as usize)
+                            .map_or(0.0, |c| c.pair_ns),
+                        None => probe_cost::pair_ns(p),
+                    })
+                    .collect(),
+                t.max_overhead,
+                pids,
+                t.quiet,
+            ),
         },
     };
     let reason = trace_loop::run(&mut collector, &mut agg, sides, watch, !t.quiet)?;
@@ -377,6 +399,27 @@ fn run(
         off_cpu,
         labels,
     })
+}
+
+/// What the collect loop calls back into.
+struct RunHooks<'a> {
+    tracer: &'a mut Tracer,
+    late: Option<&'a mut late::LateAttach>,
+    overhead: overhead::OverheadWatch,
+}
+
+impl trace_loop::Hooks for RunHooks<'_> {
+    fn maps_changed(&mut self, pid: u32, at_ns: u64) {
+        if let Some(l) = self.late.as_deref_mut() {
+            l.maps_changed(pid, at_ns, self.tracer)
+        }
+    }
+
+    fn tick(&mut self) -> Option<EndReason> {
+        let over = self.overhead.tick(self.tracer)?;
+        eprintln!("wprof: {over}");
+        Some(EndReason::OverheadBudget)
+    }
 }
 
 /// How each phase counts units: its `unit`, from its `arg` or one per call.

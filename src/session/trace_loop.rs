@@ -27,6 +27,8 @@ pub enum EndReason {
     Duration,
     /// Every traced process exited.
     TargetExited,
+    /// The probes' overhead went over `--max-overhead`.
+    OverheadBudget,
 }
 
 impl std::fmt::Display for EndReason {
@@ -36,6 +38,7 @@ impl std::fmt::Display for EndReason {
             EndReason::Terminated => "terminated (SIGTERM)",
             EndReason::Duration => "duration elapsed",
             EndReason::TargetExited => "traced process exited",
+            EndReason::OverheadBudget => "probe overhead above --max-overhead",
         })
     }
 }
@@ -121,9 +124,16 @@ pub struct Sides<'a> {
     pub snapshots: Option<&'a mut super::snapshots::Snapshots>,
     /// Labels of the traced processes, and forks.
     pub labels: &'a mut super::processes::ProcessLabels,
-    /// Called with (pid, CLOCK_MONOTONIC ns) when a traced process's loader changed its
-    /// objects (late attach).
-    pub on_maps_changed: &'a mut dyn FnMut(u32, u64),
+    /// What the loop calls back into (late attach, overhead watch).
+    pub hooks: &'a mut dyn Hooks,
+}
+
+/// Calls from the loop into the rest of the session.
+pub trait Hooks {
+    /// A traced process's loader changed its objects (pid, CLOCK_MONOTONIC ns): late attach.
+    fn maps_changed(&mut self, pid: u32, at_ns: u64);
+    /// Called after every drain; Some(reason) ends the run.
+    fn tick(&mut self) -> Option<EndReason>;
 }
 
 /// Reads events into `agg` until `watch` says the run is over.
@@ -138,7 +148,7 @@ pub fn run(
         stacks,
         mut snapshots,
         labels,
-        on_maps_changed,
+        hooks,
     } = sides;
     let progress = progress && std::io::stderr().is_terminal();
     let start = Instant::now();
@@ -155,13 +165,13 @@ pub fn run(
         stacks.after_drain();
         labels.forks(&agg.take_forks());
         for (pid, at_ns) in agg.take_maps_changed() {
-            on_maps_changed(pid, at_ns);
+            hooks.maps_changed(pid, at_ns);
         }
         labels.refresh(agg.pids());
         if let Some(s) = snapshots.as_deref_mut() {
             s.tick(agg)?;
         }
-        if let Some(r) = watch.check() {
+        if let Some(r) = watch.check().or_else(|| hooks.tick()) {
             break r;
         }
         if progress && last_progress.elapsed() >= Duration::from_secs(1) {

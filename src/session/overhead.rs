@@ -1,0 +1,140 @@
+//! The probes' overhead while a run goes on: after its first second wprof says what the
+//! probes cost the traced processes (hits per second × the calibrated cost of a hit, as a
+//! share of their CPU time), and with `--max-overhead` it detaches once that share goes over
+//! the budget, so a probe on a hot function never stalls a production server for long.
+
+use std::time::{Duration, Instant};
+
+use aya::maps::PerCpuArray;
+use wprof_common::PhaseCounters;
+
+use crate::attach::Tracer;
+
+/// Share of the traced processes' CPU time above which the first-second note is a warning.
+const WARN_PCT: f64 = 5.0;
+
+/// How often the overhead is measured.
+const EVERY: Duration = Duration::from_secs(1);
+
+/// Watches the probes' share of the traced processes' CPU time.
+pub(super) struct OverheadWatch {
+    /// Per phase id: ns one probe hit costs (half the calibrated or estimated pair).
+    hit_ns: Vec<f64>,
+    budget_pct: Option<f64>,
+    pids: Vec<u32>,
+    last: Instant,
+    last_hits: Vec<u64>,
+    last_cpu_ns: u64,
+    seconds: u32,
+    quiet: bool,
+    /// The largest share measured over one second, %.
+    pub peak_pct: f64,
+}
+
+impl OverheadWatch {
+    /// `pair_ns[phase id]` is what one call's probes cost.
+    pub fn new(pair_ns: Vec<f64>, budget_pct: Option<f64>, pids: &[u32], quiet: bool) -> Self {
+        let n = pair_ns.len();
+        OverheadWatch {
+            hit_ns: pair_ns.into_iter().map(|p| p / 2.0).collect(),
+            budget_pct,
+            pids: pids.to_vec(),
+            last: Instant::now(),
+            last_hits: vec![0; n],
+            last_cpu_ns: cpu_ns(pids),
+            seconds: 0,
+            quiet,
+            peak_pct: 0.0,
+        }
+    }
+
+    /// Measures the last second's overhead when a second has passed; Some(message) when it
+    /// went over the budget (the run must end).
+    pub fn tick(&mut self, tracer: &mut Tracer) -> Option<String> {
+        if self.last.elapsed() < EVERY {
+            return None;
+        }
+        self.last = Instant::now();
+        let hits = phase_hits(tracer, self.hit_ns.len());
+        let cpu = cpu_ns(&self.pids);
+        let added: f64 = hits
+            .iter()
+            .zip(&self.last_hits)
+            .zip(&self.hit_ns)
+            .map(|((h, l), c)| h.saturating_sub(*l) as f64 * c)
+            .sum();
+        let new_hits: u64 = hits
+            .iter()
+            .zip(&self.last_hits)
+            .map(|(h, l)| h.saturating_sub(*l))
+            .sum();
+        let used = cpu.saturating_sub(self.last_cpu_ns) as f64;
+        self.last_hits = hits;
+        self.last_cpu_ns = cpu;
+        self.seconds += 1;
+        // /proc's CPU times tick at 10 ms: below that nothing meaningful can be said.
+        let pct = if used >= 10e6 {
+            added / used * 100.0
+        } else {
+            0.0
+        };
+        self.peak_pct = self.peak_pct.max(pct);
+        if self.seconds == 1 && !self.quiet {
+            let over = pct > self.budget_pct.unwrap_or(WARN_PCT);
+            eprintln!(
+                "wprof: {}first second: {} probe hits ≈ {:.1} ms of probe time = {pct:.1}% of the \
+                 traced processes' CPU time{}",
+                if over { "warning: " } else { "" },
+                new_hits,
+                added / 1e6,
+                match self.budget_pct {
+                    Some(b) => format!(" (budget {b}%)"),
+                    None if over => " (--max-overhead PCT detaches above a budget)".to_string(),
+                    None => String::new(),
+                }
+            );
+        }
+        match self.budget_pct {
+            Some(b) if pct > b => Some(format!(
+                "probes took {pct:.1}% of the traced processes' CPU time over the last second, \
+                 above --max-overhead {b}%: detached"
+            )),
+            _ => None,
+        }
+    }
+}
+
+/// Entry + return hits per phase id so far.
+fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
+    let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {
+        return vec![0; n];
+    };
+    let Ok(counters) = PerCpuArray::<_, PhaseCounters>::try_from(map) else {
+        return vec![0; n];
+    };
+    (0..n as u32)
+        .map(|i| {
+            counters
+                .get(&i, 0)
+                .map(|v| v.iter().map(|c| c.entries + c.returns).sum())
+                .unwrap_or(0)
+        })
+        .collect()
+}
+
+/// User + system CPU time of the processes (all their threads), ns.
+fn cpu_ns(pids: &[u32]) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    pids.iter()
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // Fields after the parenthesised command name: state is field 3; utime and
+            // stime are fields 14 and 15.
+            let rest = stat.rsplit_once(')')?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+            Some(ticks * 1_000_000_000 / tick)
+        })
+        .sum()
+}
