@@ -149,6 +149,43 @@ pub struct TraceArgs {
     pub no_calibrate: bool,
 }
 
+impl TraceArgs {
+    /// With `--aggregate kernel`, refuses (usage error, exit 2) the options that need every
+    /// call or a call's start time, which in-kernel aggregation never sends to wprof. Checked
+    /// before anything is loaded.
+    pub fn check_aggregate(&self, out: &OutputArgs) -> Result<(), crate::error::WprofError> {
+        if self.aggregate != AggregateMode::Kernel {
+            return Ok(());
+        }
+        let refused: Vec<&str> = [
+            (out.events.is_some(), "--events (one CSV row per call)"),
+            (out.trace.is_some(), "--trace (one span per call)"),
+            (self.per_pid, "--per-pid (calls by process)"),
+            (self.skip.is_some(), "--skip (calls by start time)"),
+            (
+                self.interval.is_some() || self.snapshots.is_some(),
+                "--interval/--snapshots (figures during the run)",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(on, what)| on.then_some(what))
+        .collect();
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let (them, need) = if refused.len() == 1 {
+            ("it", "it needs")
+        } else {
+            ("them", "they need")
+        };
+        Err(crate::error::WprofError::Usage(format!(
+            "--aggregate kernel cannot give {}: {need} every call, and in-kernel aggregation \
+             keeps only per-node summaries; use --aggregate event (the default) for {them}",
+            refused.join(", ")
+        )))
+    }
+}
+
 /// Where a run aggregates its calls (`--aggregate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AggregateMode {
@@ -295,6 +332,9 @@ pub struct ReportArgs {
     /// when the run has none.
     #[arg(long)]
     pub per_pid: bool,
+    /// Show the times as measured, the probes' own time included, instead of corrected.
+    #[arg(long)]
+    pub raw: bool,
 }
 
 /// `wprof compare`.

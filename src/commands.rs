@@ -88,7 +88,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
                 "{:<18} {:<24} {:<44} {:>#10x} {:<10} {:>5} {:<11} {:>8.1}  {}",
                 p.phase.name,
                 obj,
-                truncate(&t.demangled, 44),
+                entry_label(t, 44),
                 t.entry.file_offset,
                 p.return_mode.as_str(),
                 if p.return_mode == crate::profile::ReturnMode::Uretprobe {
@@ -106,6 +106,18 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
         }
     }
     writeln!(out, "pair µs: {}", probe_cost::MODEL)?;
+    if phases
+        .iter()
+        .flat_map(|p| &p.targets)
+        .any(|t| t.entry_offset > 0)
+    {
+        writeln!(
+            out,
+            "name+4: entry probe past the function's endbr64 (offset and entry cost are that \
+             site's); {}=1 keeps it on the endbr64",
+            resolve::ENTRY_AT_ENDBR_ENV
+        )?;
+    }
     drop(out);
     for w in phases.iter().flat_map(|p| &p.warnings) {
         eprintln!("wprof: warning: {w}");
@@ -114,6 +126,19 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
         return Err(err.into());
     }
     Ok(0)
+}
+
+/// The symbol column: the function's name, with `+N` when its entry probe is N bytes past the
+/// start (after a leading `endbr64`); the name is truncated, never the `+N`.
+fn entry_label(t: &resolve::ResolvedSymbol, width: usize) -> String {
+    if t.entry_offset == 0 {
+        return truncate(&t.demangled, width);
+    }
+    let tail = format!("+{}", t.entry_offset);
+    format!(
+        "{}{tail}",
+        truncate(&t.demangled, width.saturating_sub(tail.len()).max(1))
+    )
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -170,8 +195,11 @@ pub fn export(a: ExportArgs) -> Result<i32> {
 pub fn report(a: ReportArgs) -> Result<i32> {
     let text =
         std::fs::read_to_string(&a.run).with_context(|| format!("read {}", a.run.display()))?;
-    let run = render::from_json(&text)
+    let mut run = render::from_json(&text)
         .with_context(|| format!("{} is not a wprof run", a.run.display()))?;
+    if a.raw {
+        run.drop_corrections();
+    }
     if a.per_pid && run.processes.is_empty() {
         return Err(WprofError::Usage(format!(
             "{} has no per-process trees: record it with --per-pid",

@@ -208,6 +208,30 @@ pub struct Run {
     pub processes: Vec<ProcessRun>,
 }
 
+impl Run {
+    /// Forgets the corrected figures (`report --raw`): every output then shows the times as
+    /// measured. The calibration record stays.
+    pub fn drop_corrections(&mut self) {
+        fn walk(n: &mut crate::aggregate::TreeNode) {
+            n.corrected = None;
+            n.children.iter_mut().for_each(walk);
+        }
+        self.tree.roots.iter_mut().for_each(walk);
+        for p in &mut self.processes {
+            p.tree.roots.iter_mut().for_each(walk);
+        }
+    }
+
+    /// Whether the tree carries times corrected for the probes.
+    pub fn is_corrected(&self) -> bool {
+        self.tree.roots.iter().any(|r| r.corrected.is_some())
+            || self
+                .processes
+                .iter()
+                .any(|p| p.tree.roots.iter().any(|r| r.corrected.is_some()))
+    }
+}
+
 /// Stacks sampled or blocked during a run, each prefixed by the phase path open at the time.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct StackProfile {

@@ -109,7 +109,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__attach)
-            opts="-t -p -q -h --target --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -p -q -h --target --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -160,6 +160,14 @@ _wprof() {
                     return 0
                     ;;
                 --cpu-sample)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate)
+                    COMPREPLY=($(compgen -W "event kernel" -- "${cur}"))
+                    return 0
+                    ;;
+                --max-overhead)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -603,7 +611,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__record)
-            opts="-t -q -h --target --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -q -h --target --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -646,6 +654,14 @@ _wprof() {
                     return 0
                     ;;
                 --cpu-sample)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --aggregate)
+                    COMPREPLY=($(compgen -W "event kernel" -- "${cur}"))
+                    return 0
+                    ;;
+                --max-overhead)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -697,7 +713,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__report)
-            opts="-o -h --format --output --tail --first --per-pid --help"
+            opts="-o -h --format --output --tail --first --per-pid --raw --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

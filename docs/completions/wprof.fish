@@ -50,6 +50,9 @@ complete -c wprof -n "__fish_wprof_using_subcommand attach" -l skip -d 'Leave ou
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l interval -d 'Append a snapshot of every node (JSON lines) to --snapshots each DURATION, so a long run can be watched and cut' -r
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l snapshots -d 'Where --interval writes its JSON lines' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-sample -d 'Sample the traced threads\' stacks HZ times a second (software cpu-clock; user and kernel stacks, each prefixed by the phase open at that moment)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l aggregate -d 'Where calls are aggregated: `event` sends every call to wprof (per-call CSV, traces, per-pid trees); `kernel` keeps per-node counts and log-linear histograms in BPF maps and reads only those (for paths with hundreds of thousands of calls a second)' -r -f -a "event\t'Every completed call is sent to wprof through the ring buffer'
+kernel\t'BPF keeps per-node summaries and histograms; wprof reads them'"
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l max-overhead -d 'Detach on its own (cleanly, outputs written) once the probes have added more than PCT of the traced processes\' CPU time (e.g. 5%), checked every second' -r
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l out -d 'Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg, calls.csv, trace.json; cpu.folded/cpu.svg and offcpu.folded/offcpu.svg when sampled)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l json -d 'Write the run as JSON (schema v1, docs/json.md)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l folded -d 'Write folded stacks of self time, in ns (flamegraph.pl / inferno format)' -r -F
@@ -64,6 +67,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand attach" -l follow-forks -d '
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -s q -l quiet -d 'Do not print the tree on stdout (outputs still written)'
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu -d 'Track the time traced threads spend off the CPU, per phase, and where they block (sched:sched_switch)'
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l per-pid -d 'Also keep one tree per process (JSON `processes`) and print those instead of the merged tree'
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l no-calibrate -d 'Skip measuring the probes\' cost on this host before attaching: times are then not corrected, and the cost figures are the fixed estimates'
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l duration -d 'Stop after this long (e.g. 500ms, 30s, 2m)' -r
@@ -76,6 +80,9 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -l skip -d 'Leave ou
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l interval -d 'Append a snapshot of every node (JSON lines) to --snapshots each DURATION, so a long run can be watched and cut' -r
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l snapshots -d 'Where --interval writes its JSON lines' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-sample -d 'Sample the traced threads\' stacks HZ times a second (software cpu-clock; user and kernel stacks, each prefixed by the phase open at that moment)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l aggregate -d 'Where calls are aggregated: `event` sends every call to wprof (per-call CSV, traces, per-pid trees); `kernel` keeps per-node counts and log-linear histograms in BPF maps and reads only those (for paths with hundreds of thousands of calls a second)' -r -f -a "event\t'Every completed call is sent to wprof through the ring buffer'
+kernel\t'BPF keeps per-node summaries and histograms; wprof reads them'"
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l max-overhead -d 'Detach on its own (cleanly, outputs written) once the probes have added more than PCT of the traced processes\' CPU time (e.g. 5%), checked every second' -r
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l out -d 'Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg, calls.csv, trace.json; cpu.folded/cpu.svg and offcpu.folded/offcpu.svg when sampled)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l json -d 'Write the run as JSON (schema v1, docs/json.md)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l folded -d 'Write folded stacks of self time, in ns (flamegraph.pl / inferno format)' -r -F
@@ -89,6 +96,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-flamegrap
 complete -c wprof -n "__fish_wprof_using_subcommand record" -s q -l quiet -d 'Do not print the tree on stdout (outputs still written)'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu -d 'Track the time traced threads spend off the CPU, per phase, and where they block (sched:sched_switch)'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l per-pid -d 'Also keep one tree per process (JSON `processes`) and print those instead of the merged tree'
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l no-calibrate -d 'Skip measuring the probes\' cost on this host before attaching: times are then not corrected, and the cost figures are the fixed estimates'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s p -l pid -d 'Resolve against a running process' -r
@@ -112,6 +120,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand report" -s o -l output -d 'W
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l tail -d 'Split root calls at this percentile (e.g. p95) and show, per phase, where the slow calls\' extra time went' -r
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l first -d 'Show the first N root calls (cold caches, plan building) apart from the rest' -r
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l per-pid -d 'Require per-process trees (runs recorded with --per-pid show them anyway): exit 2 when the run has none'
+complete -c wprof -n "__fish_wprof_using_subcommand report" -l raw -d 'Show the times as measured, the probes\' own time included, instead of corrected'
 complete -c wprof -n "__fish_wprof_using_subcommand report" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand compare" -l by -d 'Align nodes by phase path (same profile) or by role path (different profiles)' -r -f -a "phase\t'By the path of phase names'
 role\t'By the path of roles (phases without a role keep their name)'"

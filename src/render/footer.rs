@@ -113,7 +113,7 @@ const SYMBOL_WIDTH: usize = 40;
 
 /// Appends the footer to `out`.
 pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], out: &mut String) {
-    let corrected = !opts.raw && run.probe_cost.calibration.is_some();
+    let corrected = !opts.raw && run.is_corrected();
     if !run.tree.roots.is_empty() && corrected {
         out.push_str(
             "columns: time per root call (rows add up to their parent) · share of the parent · \
