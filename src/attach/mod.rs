@@ -66,6 +66,9 @@ pub struct TracerOptions {
     pub ring_bytes: u32,
     /// Whether stacks will be taken (CPU sampling or off-CPU): sizes the stack-trace map.
     pub stacks: bool,
+    /// Whether calls are aggregated in the kernel (`--aggregate kernel`): sizes the
+    /// preallocated histogram map.
+    pub kernel_aggregate: bool,
 }
 
 /// The loaded BPF programs and maps, and every probe attached through them.
@@ -115,6 +118,15 @@ impl Tracer {
             .map_max_entries("EVENTS", ring_size(opts.ring_bytes))
             // Each entry is a 127-frame stack (~1 KiB), preallocated: only size it when used.
             .map_max_entries("STACK_TRACES", if opts.stacks { 16_384 } else { 1 })
+            // ~18 MiB, preallocated: only for in-kernel aggregation.
+            .map_max_entries(
+                "HIST_BUCKETS",
+                if opts.kernel_aggregate {
+                    wprof_common::MAX_HIST_BUCKETS
+                } else {
+                    1
+                },
+            )
             .load(BPF_OBJECT)
             .context("load wprof's BPF programs (does this kernel have BPF and uprobes?)")?;
         // A multi link filtered on a pid must cover every thread of the process (6.6+ does).
@@ -326,6 +338,8 @@ impl Tracer {
         if self.detached {
             return;
         }
+        // First, so hits during the unloading below change nothing (see config::STOPPED).
+        let _ = self.set_config(wprof_common::config::STOPPED, 1);
         for name in self.progs.all() {
             if let Ok(p) = self.program(name) {
                 let _ = p.unload();

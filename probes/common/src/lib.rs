@@ -233,6 +233,14 @@ pub mod config {
     pub const FILTER_TRACED: u32 = 2;
     /// Offset of `child_pid` in the sched:sched_process_fork record.
     pub const FORK_CHILD_PID: u32 = 3;
+    /// 1 for in-kernel aggregation (`--aggregate kernel`): a completed call updates its
+    /// node's [`NodeSummary`](super::NodeSummary) and histogram buckets instead of sending a
+    /// span. Set before attaching.
+    pub const KERNEL_AGGREGATE: u32 = 4;
+    /// 1 once the run is ending: the uprobe programs ignore every hit from then on, so
+    /// detaching them one after another (entries first) leaves the calls in flight open
+    /// instead of turning their returns into unmatched ones.
+    pub const STOPPED: u32 = 5;
     /// Number of entries.
     pub const COUNT: u32 = 8;
 }
@@ -255,8 +263,14 @@ pub mod counter {
     pub const LOST_CPU_SAMPLES: u32 = 6;
     /// Off-CPU records dropped because the ring buffer was full.
     pub const LOST_OFF_CPU: u32 = 7;
+    /// In-kernel aggregation: completed calls left out because `NODE_SUMMARIES` was full
+    /// (also counted as lost on their node).
+    pub const SUMMARY_FULL: u32 = 8;
+    /// In-kernel aggregation: histogram increments left out because `HIST_BUCKETS` was full
+    /// (the call is in its node's count and total, not in its histogram).
+    pub const HIST_FULL: u32 = 9;
     /// Number of counters.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 10;
 }
 
 /// Per-node counters kept in BPF: what could not be reported as a span for that node.
@@ -285,6 +299,97 @@ pub struct PhaseCounters {
     pub outside_under: u64,
 }
 
+/// Entries of the in-kernel aggregation's per-node summaries: one per tree node, like
+/// [`MAX_NODES`]. The map is not preallocated, so a run pays only for the nodes it reaches
+/// (about 100 bytes + 64 bytes per CPU each).
+pub const MAX_SUMMARY_NODES: u32 = MAX_NODES;
+
+/// Entries of the in-kernel histogram buckets: (node, bucket, raw or corrected). A node whose
+/// calls spread over three decades of duration fills at most ~1,300 buckets of each kind
+/// (128 per power of two), so 262,144 entries hold ~100 such nodes; a typical write path
+/// (a few dozen nodes, calls within one or two decades) uses a few percent. Preallocated, one
+/// map for all CPUs (~72 bytes an entry, ~18 MiB), and only for `--aggregate kernel`: wprof
+/// loads it with 1 entry otherwise.
+pub const MAX_HIST_BUCKETS: u32 = 1 << 18;
+
+/// Sub-buckets per power of two of the in-kernel histograms: a bucket is at most 1/128 of
+/// its values wide, so its midpoint is within 0.4% of any value in it.
+pub const HIST_SUB_BUCKETS: u64 = 128;
+
+/// log2 of [`HIST_SUB_BUCKETS`].
+pub const HIST_SUB_BITS: u32 = 7;
+
+/// The in-kernel histogram bucket of a duration (log-linear, ≤ 1% relative error): values
+/// below 128 are their own bucket; above, with `msb = floor(log2 v)`, the bucket is
+/// `(msb - 6) * 128 + ((v >> (msb - 7)) & 127)`, i.e. 128 sub-buckets per power of two. The
+/// largest index (v = u64::MAX) is 7,423.
+///
+/// Written without a branch, for the verifier: `v | 128` makes the shift 0 below 256, where
+/// `shift * 128 + (v >> shift)` is `v` itself, and BPF, which has no count-leading-zeros
+/// instruction, gets `leading_zeros` as LLVM's expansion: shifts, ors and a popcount,
+/// straight-line code.
+#[inline(always)]
+pub fn hist_bucket(v: u64) -> u32 {
+    let msb = 63 - (v | HIST_SUB_BUCKETS).leading_zeros();
+    let shift = msb - HIST_SUB_BITS;
+    shift * HIST_SUB_BUCKETS as u32 + (v >> shift) as u32
+}
+
+/// Lowest and highest value of an in-kernel histogram bucket (the inverse of [`hist_bucket`]).
+pub fn hist_bucket_range(index: u32) -> (u64, u64) {
+    let sub = HIST_SUB_BUCKETS as u32;
+    if index < sub {
+        return (index as u64, index as u64);
+    }
+    let shift = (index / sub - 1).min(63 - HIST_SUB_BITS);
+    let low = (HIST_SUB_BUCKETS + (index % sub) as u64) << shift;
+    (low, low + ((1u64 << shift) - 1))
+}
+
+/// The value that stands for every value of an in-kernel histogram bucket: its midpoint
+/// (rounded down), within 0.4% of any of them.
+pub fn hist_bucket_mid(index: u32) -> u64 {
+    let (low, high) = hist_bucket_range(index);
+    low + (high - low) / 2
+}
+
+/// Per-node figures of in-kernel aggregation (`--aggregate kernel`): what userspace's
+/// aggregator sums from the spans in per-event mode, summed in BPF instead. Values of the
+/// per-CPU `NODE_SUMMARIES` map, keyed by node hash; userspace adds the CPUs up.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSummary {
+    /// Completed calls.
+    pub count: u64,
+    /// Sum of their durations, ns.
+    pub total_ns: u64,
+    /// Sum of their self times (duration minus completed children, never below 0), ns.
+    pub self_ns: u64,
+    /// Time the thread spent off the CPU during them (children included), ns.
+    pub off_ns: u64,
+    /// Sum of the captured argument or return value (saturating).
+    pub arg_sum: u64,
+    /// Sum of the durations with the probes' time taken out of each call, ns.
+    pub corrected_total_ns: u64,
+    /// Probe time taken out, ns.
+    pub probe_ns: u64,
+    /// Probe hits inside the calls' windows (their own entry and return and every
+    /// descendant's).
+    pub probe_hits: u64,
+}
+
+/// Key of the `HIST_BUCKETS` map (value: calls in the bucket, u64, shared by the CPUs).
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct HistKey {
+    /// Tree node (path hash).
+    pub node: u64,
+    /// [`hist_bucket`] of the duration.
+    pub bucket: u32,
+    /// 0 for the raw duration, 1 for the duration with the probes' time taken out.
+    pub corrected: u32,
+}
+
 #[cfg(feature = "user")]
 mod pod {
     // SAFETY: all these types are #[repr(C)], Copy, contain only integers, and have explicit
@@ -302,4 +407,8 @@ mod pod {
     unsafe impl aya::Pod for super::TracepointRole {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PhaseCost {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::NodeSummary {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::HistKey {}
 }

@@ -2,7 +2,9 @@
 //!
 //! In: uprobe hits at phase entries and exits (RET sites or uretprobes), each carrying an
 //! attach cookie `kind << 32 | phase`. Out: `Event`s in the `EVENTS` ring buffer (one span per
-//! completed call, one definition per new tree node) and counters in maps.
+//! completed call, one definition per new tree node) and counters in maps; with in-kernel
+//! aggregation (`config::KERNEL_AGGREGATE`) per-node summaries and histogram buckets in maps
+//! instead of the spans.
 //!
 //! The stack of open phases lives here, not in userspace, so a lost event never corrupts the
 //! nesting of later calls: parents learn their children's time from the stack itself.
@@ -29,10 +31,11 @@ use aya_ebpf::{
     EbpfContext,
 };
 use wprof_common::{
-    config, counter, Event, EventKind, NodeCounters, PhaseCost, PhaseCounters, StackEvent,
-    ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL, COOKIE_ARG_SHIFT, COOKIE_UNDER_SHIFT,
-    COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH, MAX_NODES, MAX_PENDING_RETURNS,
-    MAX_PHASES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
+    config, counter, hist_bucket, Event, EventKind, Frame, HistKey, NodeCounters, NodeSummary,
+    PhaseCost, PhaseCounters, StackEvent, ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL,
+    COOKIE_ARG_SHIFT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH,
+    MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES, MAX_THREADS,
+    SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid. Allocated on a thread's first entry and freed when
@@ -197,6 +200,9 @@ fn int_arg(regs: &aya_ebpf::bindings::pt_regs, n: u64) -> u64 {
 /// traced ones (the `--pid`s and their descendants) go on.
 #[inline(always)]
 fn wanted(key: u64) -> bool {
+    if CONFIG.get(config::STOPPED).copied().unwrap_or(0) != 0 {
+        return false;
+    }
     CONFIG.get(config::FILTER_TRACED).copied().unwrap_or(0) == 0 || traced(key)
 }
 
@@ -585,10 +591,11 @@ fn pop_frame(
     let top = st.frames[slot(len - 1)];
     let dur = now.saturating_sub(top.start_ns);
     let depth = len - 1;
+    let cost = PHASE_COSTS.get(phase).copied().unwrap_or_default();
     let parent = if depth == 0 {
         0
     } else {
-        let pair_ns = PHASE_COSTS.get(phase).map_or(0, |c| c.pair_ns);
+        let pair_ns = cost.pair_ns;
         let p = &mut st.frames[slot(depth - 1)];
         p.child_ns += dur;
         p.off_ns += top.off_ns;
@@ -599,6 +606,11 @@ fn pop_frame(
     st.len = depth as u32;
     if depth == 0 {
         let _ = STACKS.remove(&key);
+    }
+    let arg = retval.unwrap_or(top.arg);
+    if CONFIG.get(config::KERNEL_AGGREGATE).copied().unwrap_or(0) != 0 {
+        aggregate_call(&top, dur, arg, cost.own_ns);
+        return Ok(());
     }
     let span = Event {
         kind: EventKind::Span as u32,
@@ -613,13 +625,106 @@ fn pop_frame(
         depth: depth as u32,
         desc_hits: top.desc_hits.min(u32::MAX as u64) as u32,
         off_ns: top.off_ns,
-        arg: retval.unwrap_or(top.arg),
+        arg,
         desc_probe_ns: top.desc_probe_ns,
     };
     if !emit(span) {
         count_lost(top.node);
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// In-kernel aggregation (`--aggregate kernel`): a completed call updates its node's summary
+// and two histogram buckets (raw and corrected duration) instead of sending a span. Node
+// definitions still go through the ring buffer (once per node). Straight-line code, outside
+// any loop: 6.1's verifier walks it once per path through pop_frame.
+
+/// Per-node summaries, keyed by node hash (per CPU: no atomics; userspace adds the CPUs).
+/// Sized like the node-definition map (`MAX_SUMMARY_NODES`, 65,536); not preallocated, so an
+/// entry costs memory only once its node completes a call. A call that finds the map full is
+/// counted (`SUMMARY_FULL`) and lost on its node, never dropped silently.
+#[map]
+static NODE_SUMMARIES: PerCpuHashMap<u64, NodeSummary> =
+    PerCpuHashMap::with_max_entries(MAX_SUMMARY_NODES, BPF_F_NO_PREALLOC);
+
+/// Log-linear histogram buckets (128 per power of two, ≤ 1% error): (node, bucket, raw or
+/// corrected) -> calls. One map for all CPUs, incremented atomically, and preallocated: a call
+/// whose duration lands in a new bucket must not pay a memory allocation inside its parent's
+/// window (a per-CPU map without preallocation did: tens of µs on the first calls of each
+/// bucket, which shifted the parents' tails), and a per-CPU preallocated map would cost
+/// entries × 8 bytes × CPUs. `MAX_HIST_BUCKETS` (262,144) entries, ~18 MiB, sized at load only
+/// for `--aggregate kernel` (1 entry otherwise). An increment that finds the map full is
+/// counted (`HIST_FULL`).
+#[map]
+static HIST_BUCKETS: HashMap<HistKey, u64> = HashMap::with_max_entries(MAX_HIST_BUCKETS, 0);
+
+/// Adds one completed call to its node's summary and histograms, with the same arithmetic
+/// as userspace's per-event aggregation (`NodeStats::add`): self time never below 0, the
+/// argument summed saturating, the probe time taken out `min(dur, own + descendants')`.
+#[inline(always)]
+fn aggregate_call(top: &Frame, dur: u64, arg: u64, own_ns: u64) {
+    let node = top.node;
+    let Some(s) = node_summary(node) else {
+        bump(counter::SUMMARY_FULL);
+        count_lost(node);
+        return;
+    };
+    let removed = (own_ns + top.desc_probe_ns).min(dur);
+    let corrected = dur - removed;
+    // SAFETY: per-CPU value, exclusively ours while we run.
+    let s = unsafe { &mut *s };
+    s.count += 1;
+    s.total_ns += dur;
+    s.self_ns += dur.saturating_sub(top.child_ns);
+    s.off_ns += top.off_ns;
+    s.arg_sum = s.arg_sum.saturating_add(arg);
+    s.corrected_total_ns += corrected;
+    s.probe_ns += removed;
+    s.probe_hits += top.desc_hits + 2;
+    hist_add(node, dur, 0);
+    hist_add(node, corrected, 1);
+}
+
+#[inline(always)]
+fn node_summary(node: u64) -> Option<*mut NodeSummary> {
+    if let Some(p) = NODE_SUMMARIES.get_ptr_mut(&node) {
+        return Some(p);
+    }
+    let zero = NodeSummary::default();
+    // Fails when the map is full, or when another CPU created the entry meanwhile.
+    let _ = NODE_SUMMARIES.insert(&node, &zero, BPF_NOEXIST as u64);
+    NODE_SUMMARIES.get_ptr_mut(&node)
+}
+
+#[inline(always)]
+fn hist_add(node: u64, value: u64, corrected: u32) {
+    let key = HistKey {
+        node,
+        bucket: hist_bucket(value),
+        corrected,
+    };
+    if let Some(c) = HIST_BUCKETS.get_ptr_mut(&key) {
+        add_one(c);
+        return;
+    }
+    if HIST_BUCKETS.insert(&key, &1, BPF_NOEXIST as u64).is_ok() {
+        return;
+    }
+    // Another CPU may have created the entry since the lookup; otherwise the map is full.
+    match HIST_BUCKETS.get_ptr_mut(&key) {
+        Some(c) => add_one(c),
+        None => bump(counter::HIST_FULL),
+    }
+}
+
+/// An atomic increment of a map value shared by every CPU (BPF's XADD: the old value is not
+/// fetched, so any kernel with BPF atomics takes it).
+#[inline(always)]
+fn add_one(c: *mut u64) {
+    // SAFETY: a map value: valid, 8-byte aligned, alive while the program runs.
+    unsafe { core::sync::atomic::AtomicU64::from_ptr(c) }
+        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
 }
 
 // ---------------------------------------------------------------------------------------------
