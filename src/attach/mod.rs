@@ -294,6 +294,22 @@ impl Tracer {
         Ok(())
     }
 
+    /// Zeroes the global counters (after calibration, whose own losses are not the run's).
+    pub fn reset_counters(&mut self) -> Result<()> {
+        let mut map: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(
+            self.ebpf
+                .map_mut("COUNTERS")
+                .context("BPF object has no COUNTERS map")?,
+        )?;
+        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
+        for i in 0..wprof_common::counter::COUNT {
+            let zeros = aya::maps::PerCpuValues::try_from(vec![0u64; cpus.get() as usize])?;
+            map.set(i, zeros, 0)
+                .with_context(|| format!("reset BPF counter {i}"))?;
+        }
+        Ok(())
+    }
+
     /// Tells BPF what one call of each phase costs in probe time (`costs[phase id]`), so every
     /// call carries its descendants' probe time.
     pub fn set_phase_costs(&mut self, costs: &[wprof_common::PhaseCost]) -> Result<()> {

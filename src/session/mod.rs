@@ -114,6 +114,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     let mut run = build_run(&profile, &phases, traced, started, &costs);
     run.provenance.pids = a.pid.clone();
     run.provenance.follow_forks = a.follow_forks;
+    warn_losses(&run, a.trace.ring_size);
     write_outputs(&run, &a.outputs, a.trace.quiet)?;
     Ok(if over_budget { exit::OVER_BUDGET } else { 0 })
 }
@@ -180,6 +181,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     let mut run = build_run(&profile, &phases, traced, started, &costs);
     run.provenance.pids = vec![pid];
     run.provenance.command = Some(r.command.clone());
+    warn_losses(&run, r.trace.ring_size);
     write_outputs(&run, &r.outputs, r.trace.quiet)?;
     // The command ran on untraced after the probes were detached: its own failure first.
     Ok(if over_budget && status == 0 {
@@ -229,6 +231,7 @@ fn tracer_options(t: &TraceArgs) -> TracerOptions {
     TracerOptions {
         ring_bytes: t.ring_size,
         stacks: t.cpu_sample.is_some() || t.off_cpu,
+        kernel_aggregate: t.aggregate == crate::args::AggregateMode::Kernel,
     }
 }
 
@@ -610,6 +613,32 @@ fn build_run(
         cpu,
         off_cpu,
         processes,
+    }
+}
+
+/// Says on stderr when the ring buffer overflowed: those calls are counted in the tree (its
+/// `lost` rows), not timed.
+fn warn_losses(run: &Run, ring_bytes: u32) {
+    let c = &run.counters;
+    if c.lost_spans + c.lost_node_defs == 0 {
+        return;
+    }
+    eprintln!(
+        "wprof: warning: {} calls were not timed and {} node definitions were lost: the {} ring \
+         buffer was full; lost calls are counted in the tree's 'lost' rows. Raise --ring-size, \
+         or use --aggregate kernel for paths this hot",
+        c.lost_spans,
+        c.lost_node_defs,
+        bytes_text(crate::attach::ring_size(ring_bytes)),
+    );
+}
+
+/// 8388608 -> "8 MiB", 4096 -> "4 KiB".
+fn bytes_text(n: u32) -> String {
+    if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{} KiB", n >> 10)
     }
 }
 
