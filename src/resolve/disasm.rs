@@ -1,11 +1,15 @@
 //! Disassembly (iced-x86, 64-bit) of a function's bytes: where and how dearly it can be probed.
 //!
 //! In: an [`ObjectSymbols`] and one of its [`Function`]s. Out: the entry [`Site`] with the
-//! [`CostClass`] of the first instruction (NOP -> `Nop`; `push r64` and relative call/jmp/jcc ->
-//! `Emulated`; anything else, `endbr64` included -> `SingleStep`), and the exit sites: every RET
-//! (`c3`, `c2 iw`, `rep ret`) and every direct JMP whose target lies outside the function (a tail
-//! call). The function's own `.cold` fragments (GCC hot/cold splitting, same stack frame) count
-//! as inside: a jump into one is not an exit, and its RETs are exits of the function.
+//! [`CostClass`] of its instruction (NOP -> `Nop`; `push r64` and relative call/jmp/jcc ->
+//! `Emulated`; anything else -> `SingleStep`), and the exit sites: every RET (`c3`, `c2 iw`,
+//! `rep ret`) and every direct JMP whose target lies outside the function (a tail call). The
+//! function's own `.cold` fragments (GCC hot/cold splitting, same stack frame) count as inside:
+//! a jump into one is not an exit, and its RETs are exits of the function.
+//!
+//! A function that starts with `endbr64` (`-fcf-protection`) gets its entry site on the next
+//! instruction, at +4 ([`entry_site`]): the kernel single-steps `endbr64` (~5-6 µs a hit on
+//! these VMs) but emulates the `push %rbp` that usually follows (~0.6-0.7 µs).
 
 use anyhow::{bail, Context};
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
@@ -106,8 +110,13 @@ pub fn exits_of(parts: &[Code<'_>]) -> Vec<Site> {
     sites
 }
 
-/// The entry site of `f`.
-pub fn entry_site(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Site> {
+/// `endbr64`: the first instruction of a function compiled with `-fcf-protection` (Intel
+/// CET's marker of an indirect-branch target).
+pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
+
+/// The entry site of `f`: its first instruction; or, with `past_endbr` and a function that
+/// starts with `endbr64`, the instruction after it (+4) when [`after_endbr`] finds that safe.
+pub fn entry_site(obj: &ObjectSymbols, f: &Function, past_endbr: bool) -> anyhow::Result<Site> {
     // Size 0 (unknown): read one instruction's worth, or what the file has.
     let want = if f.size == 0 {
         MAX_INSN
@@ -125,9 +134,81 @@ pub fn entry_site(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Site> {
                 f.names[0].demangled
             )
         })?;
-    Ok(Site {
+    let start = Site {
         file_offset: f.file_offset,
         cost: entry_cost(bytes, f.address),
+    };
+    if !past_endbr || !bytes.starts_with(&ENDBR64) {
+        return Ok(start);
+    }
+    Ok(after_endbr(obj, f).unwrap_or(start))
+}
+
+/// The site right after the leading `endbr64` of `f` (+4), if a probe there sees what a probe
+/// on the first instruction sees, once per call; None when that cannot be shown.
+///
+/// Why +4 is the same place: `endbr64` writes no register, flag or memory (Linux does not
+/// enforce IBT in user space: it executes as a NOP), so at +4 the stack pointer and the return
+/// address at `[rsp]` are still the caller's, and so are the argument registers. These are what
+/// the BPF entry program reads (the frame's stack pointer matches returns and abandoned frames;
+/// the return address identifies the call), and where a uretprobe, attached at the same site,
+/// swaps the return address. In code built with `-fcf-protection` an indirect branch may only
+/// land on an `endbr64`, never on +4, and compilers never jump into another function's body.
+///
+/// What is checked here, from the function's bytes (body and `.cold` fragments): its size is
+/// known and covers the instruction at +4; no direct branch of its own targets +4 (a loop whose
+/// head is the first instruction after `endbr64` would fire the entry probe on every
+/// iteration); the instruction at +4 is no exit (in `endbr64; ret` or a tail-calling
+/// `endbr64; jmp g`, entry and return would share one probe).
+///
+/// Nothing but `endbr64` is ever stepped over: every other first instruction changes what the
+/// entry program reads. After `push %rbp` the stack pointer is 8 lower and `[rsp]` holds the
+/// caller's rbp, not the return address; after `sub $N,%rsp` the stack pointer differs; a
+/// `mov` may overwrite an argument register a phase captures (`arg = N`).
+fn after_endbr(obj: &ObjectSymbols, f: &Function) -> Option<Site> {
+    let skip = ENDBR64.len() as u64;
+    if f.size <= skip {
+        return None;
+    }
+    let part = |file_offset: u64, address: u64, size: u64| {
+        obj.bytes(file_offset, size).map(|bytes| Code {
+            bytes,
+            address,
+            file_offset,
+        })
+    };
+    let mut parts = vec![part(f.file_offset, f.address, f.size)?];
+    for fr in obj.cold_fragments_of(f).filter(|fr| fr.size > 0) {
+        parts.push(part(fr.file_offset, fr.address, fr.size)?);
+    }
+    let target = f.address + skip;
+    let next = Decoder::with_ip(
+        64,
+        &parts[0].bytes[skip as usize..],
+        target,
+        DecoderOptions::NONE,
+    )
+    .decode();
+    if next.is_invalid() || next.next_ip() > f.address + f.size {
+        return None;
+    }
+    let mut insn = Instruction::default();
+    for p in &parts {
+        let mut decoder = Decoder::with_ip(64, p.bytes, p.address, DecoderOptions::NONE);
+        while decoder.can_decode() {
+            decoder.decode_out(&mut insn);
+            if insn.op0_kind() == OpKind::NearBranch64 && insn.near_branch_target() == target {
+                return None;
+            }
+        }
+    }
+    let site = f.file_offset + skip;
+    if exits_of(&parts).iter().any(|s| s.file_offset == site) {
+        return None;
+    }
+    Some(Site {
+        file_offset: site,
+        cost: cost_of(&next),
     })
 }
 
@@ -267,7 +348,7 @@ mod tests {
                     .find(|f| f.names[0].mangled == name)
                     .unwrap();
                 assert_eq!(
-                    entry_site(&syms, f).unwrap().cost,
+                    entry_site(&syms, f, false).unwrap().cost,
                     first,
                     "{name} in {}",
                     obj.display()
@@ -306,6 +387,88 @@ mod tests {
             e.contains("size unknown") && e.contains("return = \"uretprobe\""),
             "{e}"
         );
-        assert!(entry_site(&syms, &f).is_ok());
+        // Size unknown: an endbr64 would not be stepped over either (nothing to check it by).
+        let entry = entry_site(&syms, &f, true).unwrap();
+        assert_eq!(entry.file_offset, f.file_offset);
+    }
+
+    /// Functions written in assembly, each starting with `endbr64` (but `plain`), built into a
+    /// CET executable: where the entry probe goes, and the class it gets there.
+    const ENDBR_ASM: &str = r#"
+        __asm__(
+            ".text\n"
+            ".globl framed\n.type framed,@function\nframed:\n"
+            "endbr64\npush %rbp\nmov %rsp,%rbp\nmov %edi,%eax\npop %rbp\nret\n.size framed,.-framed\n"
+            ".globl nopped\n.type nopped,@function\nnopped:\n"
+            "endbr64\nnopl 0x0(%rax,%rax,1)\nmov %edi,%eax\nret\n.size nopped,.-nopped\n"
+            ".globl movfirst\n.type movfirst,@function\nmovfirst:\n"
+            "endbr64\nmov %edi,%eax\nret\n.size movfirst,.-movfirst\n"
+            ".globl loop4\n.type loop4,@function\nloop4:\n"
+            "endbr64\n1: dec %edi\njnz 1b\nret\n.size loop4,.-loop4\n"
+            ".globl ret4\n.type ret4,@function\nret4:\n"
+            "endbr64\nret\n.size ret4,.-ret4\n"
+            ".globl tail4\n.type tail4,@function\ntail4:\n"
+            "endbr64\njmp framed\n.size tail4,.-tail4\n"
+            ".globl lone\n.type lone,@function\nlone:\n"
+            "endbr64\n.size lone,.-lone\n"
+            ".globl plain\n.type plain,@function\nplain:\n"
+            "push %rbp\npop %rbp\nret\n.size plain,.-plain\n");
+        int framed(int); int nopped(int); int movfirst(int); int loop4(int); int ret4(void);
+        int tail4(int); int plain(void);
+        int main(int argc, char **argv) {
+            (void)argv;
+            return framed(argc) + nopped(argc) + movfirst(argc) + loop4(argc) + ret4()
+                + tail4(argc) + plain();
+        }
+    "#;
+
+    #[test]
+    fn endbr64_is_stepped_over_only_where_nothing_else_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = build(
+            dir.path(),
+            "endbr",
+            ENDBR_ASM,
+            false,
+            &["-O2", "-fcf-protection=full"],
+        );
+        let syms = ObjectSymbols::load(&exe).unwrap();
+        let func = |name: &str| {
+            syms.functions
+                .iter()
+                .find(|f| f.names[0].mangled == name)
+                .unwrap_or_else(|| panic!("no {name}"))
+        };
+        // (function, bytes from its start to the entry site, class there)
+        let want = [
+            ("framed", 4, CostClass::Emulated),
+            ("nopped", 4, CostClass::Nop),
+            // Moved, though no cheaper: endbr64 and mov are both single-stepped.
+            ("movfirst", 4, CostClass::SingleStep),
+            // A loop jumps back to +4: a probe there would fire on every iteration.
+            ("loop4", 0, CostClass::SingleStep),
+            // +4 is the function's RET / tail call: entry and return would share one probe.
+            ("ret4", 0, CostClass::SingleStep),
+            ("tail4", 0, CostClass::SingleStep),
+            // Nothing after the endbr64.
+            ("lone", 0, CostClass::SingleStep),
+            // No endbr64: never moved.
+            ("plain", 0, CostClass::Emulated),
+        ];
+        for (name, offset, cost) in want {
+            let f = func(name);
+            let site = entry_site(&syms, f, true).unwrap();
+            assert_eq!(site.file_offset - f.file_offset, offset, "{name}");
+            assert_eq!(site.cost, cost, "{name}");
+            // WPROF_ENTRY_AT_ENDBR=1: always the first instruction.
+            let first = entry_site(&syms, f, false).unwrap();
+            assert_eq!(first.file_offset, f.file_offset, "{name}");
+            let at_start = if name == "plain" {
+                CostClass::Emulated
+            } else {
+                CostClass::SingleStep
+            };
+            assert_eq!(first.cost, at_start, "{name}");
+        }
     }
 }

@@ -2,8 +2,10 @@
 //!
 //! In: a [`Profile`] and a [`Scope`]. Out: one [`ResolvedPhase`] per phase, holding for each
 //! matched function its object (a path wprof can open and attach to, through /proc/PID/root),
-//! mangled and demangled names, entry file offset, the cost class of the first instruction, and
-//! its exit sites (RET and tail-call JMP file offsets) for RET-site return detection. A
+//! mangled and demangled names, entry site (file offset and the cost class of the instruction
+//! probed there: the first one, or the one after a leading `endbr64`, see
+//! [`disasm::entry_site`] and [`ENTRY_AT_ENDBR_ENV`]), and its exit sites (RET and tail-call
+//! JMP file offsets) for RET-site return detection. A
 //! stripped object's separate debug file (build id / .gnu_debuglink, [`debuginfo`]) adds its
 //! static functions; DWARF ([`inlined`]) tells when a probed function also has inlined copies
 //! the probe cannot see, which becomes a warning on the phase.
@@ -61,6 +63,16 @@ pub enum CostClass {
     SingleStep,
 }
 
+/// `WPROF_ENTRY_AT_ENDBR=1` keeps the entry probe of a function that starts with `endbr64` on
+/// that instruction (+0, single-stepped) instead of the next one (+4): to measure the
+/// difference, or in case something does branch to +4.
+pub const ENTRY_AT_ENDBR_ENV: &str = "WPROF_ENTRY_AT_ENDBR";
+
+/// Whether the environment asks for entry probes on `endbr64` itself ([`ENTRY_AT_ENDBR_ENV`]).
+pub fn entry_at_endbr() -> bool {
+    std::env::var(ENTRY_AT_ENDBR_ENV).is_ok_and(|v| v == "1")
+}
+
 /// A probe site inside a function.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Site {
@@ -89,8 +101,12 @@ pub struct ResolvedSymbol {
     pub size: u64,
     /// Language of the function.
     pub language: Language,
-    /// The entry site.
+    /// The entry site: the function's first instruction, or the one after its leading
+    /// `endbr64` (see `entry_offset`). A uretprobe goes on the same site.
     pub entry: Site,
+    /// Bytes from the function's start to the entry site: 4 when the probe was moved past a
+    /// leading `endbr64`, else 0.
+    pub entry_offset: u64,
     /// RET and tail-call JMP sites.
     pub exits: Vec<Site>,
     /// The separate debug file that named this function (a static function of a stripped
@@ -134,6 +150,13 @@ pub struct ResolvedPhase {
     pub warnings: Vec<String>,
 }
 
+impl ResolvedSymbol {
+    /// File offset of the function's first byte (the entry site may lie past it).
+    pub fn start_file_offset(&self) -> u64 {
+        self.entry.file_offset - self.entry_offset
+    }
+}
+
 impl ResolvedPhase {
     /// Whether the phase is unresolved because its object was nowhere to be found (not
     /// mapped, not in any search directory): a library that may still be dlopen'ed.
@@ -153,6 +176,15 @@ type Loaded = Result<(objects::Located, Rc<symbols::ObjectSymbols>), String>;
 /// once, however many phases it holds. For several pids, objects are looked up in the first
 /// one's mappings and root.
 pub fn resolve_profile(profile: &Profile, scope: &Scope) -> anyhow::Result<Vec<ResolvedPhase>> {
+    resolve_profile_with(profile, scope, !entry_at_endbr())
+}
+
+/// [`resolve_profile`], with entry probes moved past a leading `endbr64` when `past_endbr`.
+fn resolve_profile_with(
+    profile: &Profile,
+    scope: &Scope,
+    past_endbr: bool,
+) -> anyhow::Result<Vec<ResolvedPhase>> {
     let target = objects::Target::new(scope)?;
     let search = debuginfo::Search::from_env(target.root());
     let mut located: HashMap<String, Loaded> = HashMap::new();
@@ -203,7 +235,7 @@ pub fn resolve_profile(profile: &Profile, scope: &Scope) -> anyhow::Result<Vec<R
                 .clone()?;
             Ok((loc, syms))
         });
-        out.push(resolve_symbol_phase(id, phase, pattern, loaded));
+        out.push(resolve_symbol_phase(id, phase, pattern, loaded, past_endbr));
     }
     let objects: Vec<Rc<symbols::ObjectSymbols>> = parsed.into_values().flatten().collect();
     warn_inlined(&mut out, &objects);
@@ -286,7 +318,13 @@ fn explicit_or(phase: &Phase, auto_mode: ReturnMode) -> ReturnMode {
 }
 
 /// Resolves one symbol phase in its (already located) object.
-fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) -> ResolvedPhase {
+fn resolve_symbol_phase(
+    id: u32,
+    phase: &Phase,
+    pattern: &str,
+    loaded: &Loaded,
+    past_endbr: bool,
+) -> ResolvedPhase {
     // Before anything matched, guess the language from the pattern for the `auto` mode.
     let guessed = |is_go: bool| {
         let cxx_or_rust =
@@ -361,7 +399,7 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
     let mut targets = Vec::with_capacity(matches.len());
     for m in &matches {
         let f = m.function;
-        let entry = match disasm::entry_site(syms, f) {
+        let entry = match disasm::entry_site(syms, f, past_endbr) {
             Ok(s) => s,
             Err(e) => return unresolved(format!("{e:#}"), Vec::new(), syms.is_go),
         };
@@ -391,6 +429,7 @@ fn resolve_symbol_phase(id: u32, phase: &Phase, pattern: &str, loaded: &Loaded) 
             size: f.size,
             language: f.language,
             entry,
+            entry_offset: entry.file_offset - f.file_offset,
             exits,
             debuginfo: if f.from_debuginfo {
                 syms.debug_file.clone()

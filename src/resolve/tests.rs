@@ -524,3 +524,85 @@ fn no_debug_file_leaves_symbols_unchanged_and_hints() {
         s => panic!("{s:?}"),
     }
 }
+
+/// The `writepath` test fixture (tests/fixtures/writepath.c) compiled as
+/// tests/fixtures/build.sh compiles `writepath` and `writepath-cet`: `-fcf-protection=full`
+/// when `cet`.
+fn writepath_fixture(dir: &Path, cet: bool) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/writepath.c");
+    let name = if cet { "writepath-cet" } else { "writepath" };
+    let out = dir.join(name);
+    let st = Command::new("gcc")
+        .args(["-O2", "-g", "-fno-omit-frame-pointer", "-Wall", "-Wextra"])
+        .arg(if cet {
+            "-fcf-protection=full"
+        } else {
+            "-fcf-protection=none"
+        })
+        .arg(&src)
+        .arg("-pthread")
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success(), "gcc failed on {}", src.display());
+    out
+}
+
+#[test]
+fn endbr64_entries_are_probed_at_plus_4_and_exits_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let cet = writepath_fixture(dir.path(), true);
+    let plain = writepath_fixture(dir.path(), false);
+    let prof = Profile::load("fixture").unwrap();
+    let moved = resolve_profile_with(&prof, &Scope::Binary(cet.clone()), true).unwrap();
+    let kept = resolve_profile_with(&prof, &Scope::Binary(cet.clone()), false).unwrap();
+    let classic = resolve_profile_with(&prof, &Scope::Binary(plain.clone()), true).unwrap();
+    assert_eq!(moved.len(), 9);
+    for ((m, k), c) in moved.iter().zip(&kept).zip(&classic) {
+        let name = &m.phase.name;
+        let (mt, kt, ct) = (
+            resolved(&moved, name),
+            resolved(&kept, name),
+            resolved(&classic, name),
+        );
+        // Every phase of the CET build starts `endbr64; push %rbp`: probed at +4, emulated.
+        let start = readelf_offset(&cet, nm_address(&cet, &mt.symbol));
+        assert_eq!(mt.entry_offset, 4, "{name}");
+        assert_eq!(mt.entry.file_offset, start + 4, "{name}");
+        assert_eq!(mt.start_file_offset(), start, "{name}");
+        assert_eq!(mt.entry.cost, CostClass::Emulated, "{name}");
+        assert_eq!(
+            crate::probe_cost::class_name(mt.entry.cost),
+            "emulated",
+            "{name}"
+        );
+        // WPROF_ENTRY_AT_ENDBR=1: on the endbr64, single-stepped.
+        assert_eq!(kt.entry_offset, 0, "{name}");
+        assert_eq!(kt.entry.file_offset, start, "{name}");
+        assert_eq!(kt.entry.cost, CostClass::SingleStep, "{name}");
+        // Returns are where they were, in either placement.
+        assert_eq!(mt.exits, kt.exits, "{name}");
+        assert_eq!(m.return_mode, k.return_mode, "{name}");
+        assert_eq!(mt.exits.len(), objdump_rets(&cet, &mt.symbol), "{name}");
+        // Without -fcf-protection nothing moves.
+        assert_eq!(ct.entry_offset, 0, "{name}");
+        assert_eq!(
+            ct.entry.file_offset,
+            readelf_offset(&plain, nm_address(&plain, &ct.symbol)),
+            "{name}"
+        );
+        assert_eq!(ct.entry.cost, CostClass::Emulated, "{name}");
+        assert_eq!(c.return_mode, m.return_mode, "{name}");
+    }
+    // The fixture's one RET-site phase keeps its RET probes; the others are uretprobes, which
+    // share the entry's site.
+    assert_eq!(
+        by_name(&moved, "recurse_phase").return_mode,
+        ReturnMode::RetSites
+    );
+    assert_eq!(
+        by_name(&moved, "write_record").return_mode,
+        ReturnMode::Uretprobe
+    );
+}
