@@ -210,6 +210,7 @@ fn bpf_programs(can_load: bool) -> Check {
     let opts = TracerOptions {
         ring_bytes: 4096,
         stacks: false,
+        kernel_aggregate: false,
     };
     match Tracer::load(opts) {
         Ok(t) => check(

@@ -115,6 +115,36 @@ record() {
     report record $rc /km/smoke.toml
 }
 
+# verify_kagg NAME : PASS if every write-path node of NAME.json (an --aggregate kernel run: no
+# call table to check per call) has exactly ITER calls and the run says where it aggregated
+verify_kagg() {
+    $W report "/tmp/$1.json" >"/tmp/$1.tree" 2>&1 || { echo "FAIL(report)"; return; }
+    for phase in write_record encode_record persist_block compress_block flush_block \
+        wal_append wal_sync; do
+        grep -q "$phase .*n=$ITER " "/tmp/$1.tree" || { echo "FAIL($phase)"; return; }
+    done
+    grep -q '"aggregation": "kernel"' "/tmp/$1.json" || { echo "FAIL(aggregation)"; return; }
+    echo PASS
+}
+
+# record_kernel: `record --aggregate kernel`, where each call updates summaries and
+# histogram buckets in BPF maps instead of sending a span
+record_kernel() {
+    say "begin kagg"
+    # shellcheck disable=SC2086 # FX_ARGS is a list of words
+    $W record --target fixture --aggregate kernel --json /tmp/kagg.json -- $FX $FX_ARGS \
+        >/tmp/kagg.out 2>/tmp/kagg.err
+    rc=$?
+    show /tmp/kagg.out
+    show /tmp/kagg.err
+    say "end kagg rc=$rc"
+    if [ "$rc" -ne 0 ]; then
+        say "set kagg FAIL(rc=$rc)"
+    else
+        say "set kagg $(verify_kagg kagg)"
+    fi
+}
+
 # attach NAME PER_POINT TARGET HYPOTHESES [WPROF_ARGS...] : start the fixture waiting on a
 # fifo, attach to its pid (WPROF_PER_POINT_LINKS=PER_POINT), release it, check the run
 attach() {
@@ -156,6 +186,7 @@ main() {
     say "set boot_s $(up)"
     doctor
     record
+    record_kernel
     attach attach "" fixture /km/smoke.toml
     # per-point links forced: only new where the plain attach used uprobe_multi (fewer links)
     if [ -z "$LINKS" ]; then

@@ -13,9 +13,11 @@
 # initramfs holding wprof, the C fixture (tests/fixtures) and their shared libraries. The
 # guest (/init = vagrant/kernel-matrix-guest.sh) runs `wprof doctor`, then `wprof record`,
 # `wprof attach --pid` and, where the attach used uprobe_multi, the same attach with
-# WPROF_PER_POINT_LINKS=1, and an attach that loads the kernel-side programs (an fdatasync
-# syscall phase, --off-cpu, --cpu-sample, --follow-forks); each run must see all 200
-# write_record calls and pass a small `wprof check`. See docs/kernel-matrix.md.
+# WPROF_PER_POINT_LINKS=1, an attach that loads the kernel-side programs (an fdatasync
+# syscall phase, --off-cpu, --cpu-sample, --follow-forks) and a `record --aggregate kernel`
+# (summaries and histograms in BPF maps); each run must see all 200 write_record calls and
+# pass a small `wprof check` (the in-kernel run: exact counts on every node).
+# See docs/kernel-matrix.md.
 #
 # Environment:
 #   KM_DIR      cache and results (default ~/.cache/wprof-kmatrix): debs/ and kernels/ are
@@ -231,7 +233,7 @@ verdict_of() {
 
 # run_kernel PKG INITRD: boots one kernel, appends its row to ROWS, sets FAILED on a failure
 run_kernel() {
-    local pkg tree dir console t0 secs kernel doctor multi rec att pp kern verdict
+    local pkg tree dir console t0 secs kernel doctor multi rec att pp kern kagg verdict
     pkg=$(resolve_pkg "$1")
     tree=$(fetch_kernel "$pkg")
     dir=$KM_DIR/runs/$pkg
@@ -248,10 +250,11 @@ run_kernel() {
     att=$(value attach "$console")
     pp=$(value perpoint "$console")
     kern=$(value kernel "$console")
+    kagg=$(value kagg "$console")
     block doctor "$console" >"$dir/doctor.txt"
-    verdict=$(verdict_of "$console" "$doctor" "$rec" "$att" "$pp" "$kern")
+    verdict=$(verdict_of "$console" "$doctor" "$rec" "$att" "$pp" "$kern" "$kagg")
     [ "$verdict" = PASS ] || { FAILED=1; log "$pkg: $verdict, see $console"; }
-    ROWS+=("| ${kernel:-$pkg} | $doctor | $multi | ${rec:--} | ${att:--} | ${pp:--} | ${kern:--} | $secs (boot $(value boot_s "$console")) | $verdict |")
+    ROWS+=("| ${kernel:-$pkg} | $doctor | $multi | ${rec:--} | ${att:--} | ${pp:--} | ${kern:--} | ${kagg:--} | $secs (boot $(value boot_s "$console")) | $verdict |")
     DOCTORS+=("$pkg" "$dir/doctor.txt")
 }
 
@@ -273,8 +276,8 @@ clip() {
 report() {
     local i
     {
-        echo "| kernel | doctor | uprobe_multi | record | attach | per-point attach | kernel programs | seconds | result |"
-        echo "|---|---|---|---|---|---|---|---|---|"
+        echo "| kernel | doctor | uprobe_multi | record | attach | per-point attach | kernel programs | in-kernel aggregation | seconds | result |"
+        echo "|---|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${ROWS[@]}"
         for ((i = 0; i < ${#DOCTORS[@]}; i += 2)); do
             printf '\n%s on %s:\n\n~~~\n%s\n~~~\n' "\`wprof doctor\`" "${DOCTORS[i]}" "$(clip "${DOCTORS[i + 1]}")"

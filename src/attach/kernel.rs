@@ -113,6 +113,15 @@ impl Tracer {
             .with_context(|| format!("set BPF config {index}"))
     }
 
+    /// `--aggregate kernel`: from now on a completed call updates its node's summary and
+    /// histogram buckets in BPF maps (read by `collect::kernel` after the detach) instead of
+    /// sending a span. [`Tracer::attach`] calls it when the tracer was loaded with
+    /// `TracerOptions::kernel_aggregate`, so the calibration before it still gets spans.
+    /// Calling it again is harmless.
+    pub fn aggregate_in_kernel(&mut self) -> Result<()> {
+        self.set_config(config::KERNEL_AGGREGATE, 1)
+    }
+
     /// `--follow-forks`: every process a traced one forks is traced from its first
     /// instruction (sched:sched_process_fork runs in the parent, before the child is ever
     /// scheduled), and the uprobe programs keep only traced processes.

@@ -78,6 +78,8 @@ pub struct Tracer {
     /// Kernel-side programs loaded on demand (tracepoints, perf events).
     extra: Vec<&'static str>,
     detached: bool,
+    /// `--aggregate kernel`: switched on in BPF by [`Tracer::attach`].
+    kernel_aggregate: bool,
 }
 
 /// One calibration function to probe (`probe_cost::calibrate`).
@@ -143,6 +145,7 @@ impl Tracer {
             progs,
             extra: Vec::new(),
             detached: false,
+            kernel_aggregate: opts.kernel_aggregate,
         };
         for name in progs.all() {
             verified(name, tracer.program(name)?.load())?;
@@ -169,6 +172,11 @@ impl Tracer {
         pids: &[u32],
         every_process: bool,
     ) -> Result<AttachSummary> {
+        if self.kernel_aggregate {
+            // Before the first phase probe goes live, after the calibration (whose calls
+            // must come as spans).
+            self.aggregate_in_kernel()?;
+        }
         let mut summary = AttachSummary::default();
         // (program, object) -> points, in phase order.
         let mut plan: Vec<(

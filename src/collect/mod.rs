@@ -2,7 +2,10 @@
 //!
 //! In: the tracer's `EVENTS` ring buffer and, at the end of a run, its counter and stack maps.
 //! Out: [`Event`]s handed to a sink (the aggregator) as they arrive, then the end-of-run
-//! [`EndState`] (per-node lost/abandoned/open counts, per-phase hit counts, global counters).
+//! [`EndState`] (per-node lost/abandoned/open counts, per-phase hit counts, global counters);
+//! with in-kernel aggregation also the per-node summaries and histograms ([`kernel`]).
+
+pub mod kernel;
 
 use std::os::fd::{AsRawFd, RawFd};
 
@@ -29,6 +32,8 @@ pub struct EndState {
     pub phases: Vec<PhaseCounters>,
     /// Global counters, indexed by `wprof_common::counter`.
     pub global: Vec<u64>,
+    /// Where the calls were aggregated (set by the session: BPF does not say).
+    pub aggregation: crate::model::Aggregation,
 }
 
 impl EndState {

@@ -319,12 +319,8 @@ fn run(
     mut late: Option<&mut late::LateAttach>,
 ) -> Result<Traced> {
     let names = &phase_names(profile);
+    // BPF aggregates since `tracer.attach` (TracerOptions::kernel_aggregate).
     let in_kernel = t.aggregate == crate::args::AggregateMode::Kernel;
-    if in_kernel {
-        // attach()/record() switch it on before attaching; spans of calls that completed
-        // before the switch (if any) add up with the summaries.
-        tracer.aggregate_in_kernel()?;
-    }
     let mut agg = if in_kernel {
         Aggregator::new()
     } else {

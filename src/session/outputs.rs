@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use crate::args::OutputArgs;
-use crate::model::Run;
+use crate::model::{Aggregation, Run};
 use crate::render::{self, StackKind};
 
 /// Prints the tree (unless `quiet`) and writes every requested file. Each file is written
@@ -26,8 +26,15 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
         jobs.push((dir.join("tree.txt"), Kind::Tree));
         jobs.push((dir.join("phases.folded"), Kind::Folded));
         jobs.push((dir.join("phases.svg"), Kind::Svg));
-        jobs.push((dir.join("calls.csv"), Kind::Csv));
-        jobs.push((dir.join("trace.json"), Kind::Trace));
+        if run.provenance.aggregation == Aggregation::Kernel {
+            eprintln!(
+                "wprof: {} has no calls.csv or trace.json: they need every call (--aggregate event)",
+                dir.display()
+            );
+        } else {
+            jobs.push((dir.join("calls.csv"), Kind::Csv));
+            jobs.push((dir.join("trace.json"), Kind::Trace));
+        }
         if run.cpu.is_some() {
             jobs.push((dir.join("cpu.folded"), Kind::CpuFolded));
             jobs.push((dir.join("cpu.svg"), Kind::CpuSvg));

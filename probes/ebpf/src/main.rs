@@ -10,6 +10,9 @@
 //! nesting of later calls: parents learn their children's time from the stack itself.
 #![no_std]
 #![no_main]
+// `add_one`: the atomic add intrinsic (see there); the toolchain is pinned.
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
 // aya's #[uprobe] macros generate undocumented wrapper functions; the programs themselves are
 // documented on their definitions below.
 #![allow(missing_docs)]
@@ -718,13 +721,15 @@ fn hist_add(node: u64, value: u64, corrected: u32) {
     }
 }
 
-/// An atomic increment of a map value shared by every CPU (BPF's XADD: the old value is not
-/// fetched, so any kernel with BPF atomics takes it).
+/// An atomic increment of a map value shared by every CPU: BPF's XADD (the old value is not
+/// used, so no BPF_FETCH, which older kernels lack). The BPF target has no compare-and-swap,
+/// so core's `AtomicU64` has no `fetch_add` there: the intrinsic it would call is used
+/// directly.
 #[inline(always)]
 fn add_one(c: *mut u64) {
+    use core::intrinsics::{atomic_xadd, AtomicOrdering};
     // SAFETY: a map value: valid, 8-byte aligned, alive while the program runs.
-    unsafe { core::sync::atomic::AtomicU64::from_ptr(c) }
-        .fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    let _ = unsafe { atomic_xadd::<u64, u64, { AtomicOrdering::Relaxed }>(c, 1) };
 }
 
 // ---------------------------------------------------------------------------------------------
