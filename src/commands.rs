@@ -207,6 +207,17 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         ))
         .into());
     }
+    let per_call = matches!(a.format, ReportFormat::Csv | ReportFormat::Trace)
+        || a.tail.is_some()
+        || a.first.is_some();
+    if per_call && run.provenance.aggregation == crate::model::Aggregation::Kernel {
+        return Err(WprofError::Usage(format!(
+            "{} was aggregated in the kernel (--aggregate kernel): it has no per-call table, so \
+             no CSV, trace, --tail or --first; record with --aggregate event for those",
+            a.run.display()
+        ))
+        .into());
+    }
     if a.tail.is_some() || a.first.is_some() {
         use crate::analyze::tail;
         let mut text = String::new();

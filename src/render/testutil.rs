@@ -322,7 +322,7 @@ pub fn calibrated_run() -> Run {
     fn correct(n: &mut TreeNode) {
         n.children.iter_mut().for_each(correct);
         let removed = n.count * OWN_NS + descendant_calls(n) * PAIR_NS;
-        let per_call = if n.count == 0 { 0 } else { removed / n.count };
+        let per_call = removed.checked_div(n.count).unwrap_or(0);
         let mut hist = crate::aggregate::new_histogram();
         for v in n.hist.iter_recorded() {
             let value = v.value_iterated_to().saturating_sub(per_call).max(1);

@@ -316,7 +316,7 @@ fn run(
     t: &TraceArgs,
     watch: &mut Watch,
     pids: &[u32],
-    mut late: Option<&mut late::LateAttach>,
+    late: Option<&mut late::LateAttach>,
 ) -> Result<Traced> {
     let names = &phase_names(profile);
     // BPF aggregates since `tracer.attach` (TracerOptions::kernel_aggregate).
@@ -354,7 +354,7 @@ fn run(
         labels: &mut labels,
         hooks: &mut RunHooks {
             tracer,
-            late: late.as_deref_mut(),
+            late,
             overhead: overhead::OverheadWatch::new(
                 phases
                     .iter()
@@ -631,7 +631,7 @@ fn warn_losses(run: &Run, ring_bytes: u32) {
 
 /// 8388608 -> "8 MiB", 4096 -> "4 KiB".
 fn bytes_text(n: u32) -> String {
-    if n >= 1 << 20 && n % (1 << 20) == 0 {
+    if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{} MiB", n >> 20)
     } else {
         format!("{} KiB", n >> 10)
