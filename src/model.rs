@@ -107,6 +107,8 @@ pub struct PhaseInfo {
     pub return_mode: String,
     /// Cost class of the entry instruction ("nop", "emulated", "single-step").
     pub entry_cost: String,
+    /// Bytes past the function's start the entry probe sits (4 past a leading `endbr64`).
+    pub entry_offset: u64,
     /// Number of RET/tail-JMP sites probed (ret-sites mode).
     pub exit_sites: u32,
     /// "attached", "unresolved: ...", "unsupported: ...".

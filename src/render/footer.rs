@@ -238,7 +238,7 @@ fn write_phase_table(phases: &[PhaseInfo], out: &mut String) {
         table.push([
             p.name.clone(),
             dash(basename(&p.object)),
-            dash(&symbol_text(&p.symbols)),
+            dash(&with_offset(symbol_text(&p.symbols), p.entry_offset)),
             dash(&p.return_mode),
             dash(&p.entry_cost),
             if p.return_mode == "ret-sites" {
@@ -281,6 +281,14 @@ fn basename(path: &str) -> &str {
 
 /// The first symbol, demangled without parameters, truncated at the front (the function name
 /// is at the end); `(+N)` when there are more.
+/// `name+4` when the entry probe sits past the function's start (a leading `endbr64`).
+fn with_offset(mut s: String, offset: u64) -> String {
+    if offset > 0 && !s.is_empty() {
+        s.push_str(&format!("+{offset}"));
+    }
+    s
+}
+
 fn symbol_text(symbols: &[String]) -> String {
     let Some(first) = symbols.first() else {
         return String::new();

@@ -170,6 +170,8 @@ pub fn sample_run() -> Run {
                 },
                 return_mode: if c_function { "uretprobe" } else { "ret-sites" }.into(),
                 entry_cost: if id == 6 { "single-step" } else { "nop" }.into(),
+                // vacuum_page starts with endbr64: probed at +4.
+                entry_offset: if id == 7 { 4 } else { 0 },
                 exit_sites: if c_function { 0 } else { 2 + id as u32 % 3 },
                 status: "attached".into(),
                 entries,

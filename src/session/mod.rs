@@ -540,6 +540,7 @@ fn build_run(
             entry_cost: first
                 .map(|t| probe_cost::class_name(t.entry.cost).to_string())
                 .unwrap_or_default(),
+            entry_offset: first.map_or(0, |t| t.entry_offset),
             exit_sites: rp.targets.iter().map(|t| t.exits.len() as u32).sum(),
             status: if attached {
                 "attached".into()
