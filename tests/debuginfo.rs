@@ -139,17 +139,9 @@ fn probes_warn_about_inlined_copies_once() {
     }
 }
 
-/// The `key=value` fields of the fixture's ground-truth line.
+/// A `key=value` field of the fixture's ground-truth line.
 fn truth(out: &Output, key: &str) -> u64 {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("debuginfo-fixture:"))
-        .unwrap_or_else(|| panic!("no fixture line in:\n{stdout}"));
-    line.split_whitespace()
-        .find_map(|f| f.strip_prefix(&format!("{key}=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {key}= in {line}"))
+    truth_field(out, "debuginfo-fixture:", key)
 }
 
 #[test]

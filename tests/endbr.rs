@@ -17,31 +17,13 @@ const ENV: &str = "WPROF_ENTRY_AT_ENDBR";
 /// probes on the `endbr64` (`at_endbr`) or past it (the default).
 fn record(dir: &Path, at_endbr: bool, args: &[&str]) -> (Output, serde_json::Value) {
     let json = dir.join(if at_endbr { "at0.json" } else { "at4.json" });
-    let mut cmd = wprof();
-    if at_endbr {
-        cmd.env(ENV, "1");
-    } else {
-        cmd.env_remove(ENV);
-    }
-    let out = run(cmd
-        .args(["record", "--target", "fixture", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(fixture("writepath-cet"))
-        .args(args));
-    assert!(out.status.success(), "wprof record failed:\n{}", text(&out));
-    (out.clone(), read_json(&json))
+    let env: &[(&str, &str)] = if at_endbr { &[(ENV, "1")] } else { &[] };
+    record_fixture(&json, &[], "writepath-cet", args, env)
 }
 
 /// `writes=` of the fixture's ground-truth line.
 fn writes(out: &Output) -> u64 {
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    stdout
-        .lines()
-        .find(|l| l.starts_with("fixture:"))
-        .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("writes=")))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no fixture line with writes= in:\n{stdout}"))
+    truth_field(out, "fixture:", "writes")
 }
 
 /// Every phase of the write path (and both levels of `--recurse-depth 2`) seen exactly
@@ -58,23 +40,7 @@ fn assert_exact(run: &serde_json::Value, calls: u64) {
         &["write_record", "recurse_phase"],
         &["write_record", "recurse_phase", "recurse_phase"],
     ];
-    assert_eq!(
-        run["tree"]["roots"].as_array().map(Vec::len),
-        Some(1),
-        "{}",
-        summary(run)
-    );
-    for path in paths {
-        let n = node(run, path);
-        assert_eq!(u(n, "count"), calls, "{path:?}\n{}", summary(run));
-        assert_eq!(
-            u(n, "abandoned") + u(n, "lost") + u(n, "open"),
-            0,
-            "{path:?}\n{}",
-            summary(run)
-        );
-    }
-    assert_eq!(u(&run["counters"], "unmatched_returns"), 0);
+    assert_exact_paths(run, paths, calls);
 }
 
 /// The `entry_cost` of every attached phase of a run.

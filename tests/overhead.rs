@@ -6,25 +6,6 @@ mod common;
 
 use common::*;
 
-/// All spins 0: a write is ~0.4 µs of work and 7 probed calls, so the probes take most of
-/// the process's CPU time.
-const HOT: &[&str] = &[
-    "--write-us",
-    "0",
-    "--encode-us",
-    "0",
-    "--persist-us",
-    "0",
-    "--compress-us",
-    "0",
-    "--flush-us",
-    "0",
-    "--wal-us",
-    "0",
-    "--sync-us",
-    "0",
-];
-
 #[test]
 fn over_budget_detaches_writes_outputs_and_exits_5() {
     if !bpf_available() {
@@ -47,7 +28,7 @@ fn over_budget_detaches_writes_outputs_and_exits_5() {
         .arg("--")
         .arg(fixture("writepath"))
         .args(["--iterations", "600000"])
-        .args(HOT));
+        .args(ZERO_SPINS));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(5), "{}", text(&out));
     assert!(stderr.contains("first second:"), "{stderr}");

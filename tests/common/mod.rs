@@ -6,7 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+mod fixture_run;
 pub mod pg;
+
+#[allow(unused_imports)] // not every test binary uses the fixture helpers
+pub use fixture_run::*;
 
 /// The wprof binary under test.
 pub fn wprof() -> Command {
