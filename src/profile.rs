@@ -20,6 +20,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("ao", include_str!("../attach-profiles/ao.toml")),
     ("aoco", include_str!("../attach-profiles/aoco.toml")),
     ("pax", include_str!("../attach-profiles/pax.toml")),
+    ("tsdb", include_str!("../attach-profiles/tsdb.toml")),
 ];
 
 /// How a phase's return is detected.

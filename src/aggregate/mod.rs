@@ -4,17 +4,20 @@
 //! then the end-of-run counters read from BPF maps. Out: a [`PhaseTree`] — per tree node the
 //! call count, total and self time, an HDR histogram of durations, and what could not be
 //! measured (lost, abandoned, still open); in per-event mode also a [`CallTable`] (one row per
-//! root call) and a capped [`SpanLog`]. CPU samples and off-CPU records fold into stacks under
-//! their phase paths ([`stacks`]). Plain values only: nothing here touches BPF, so it is
-//! tested without root.
+//! root call) and a capped [`SpanLog`]; with `--split-by` the tree twice more, over the root
+//! calls that contained a phase and over the others ([`SplitTrees`]). CPU samples and off-CPU
+//! records fold into stacks under their phase paths ([`stacks`]). Plain values only: nothing
+//! here touches BPF, so it is tested without root.
 
 mod calls;
 mod histogram;
+pub mod split;
 pub mod stacks;
 mod tree;
 
 pub use calls::{CallRow, CallTable, SpanLog, SpanRecord, DEFAULT_MAX_CALLS, DEFAULT_MAX_SPANS};
 pub use histogram::{new_histogram, LatencyHistogram};
+pub use split::SplitTrees;
 pub use tree::{
     Aggregator, Corrected, EndCounters, NodeSnapshot, PhaseTree, ProcessTree, TreeNode, UnitSpec,
     Units,

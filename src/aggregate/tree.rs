@@ -8,10 +8,11 @@ use wprof_common::{hist_bucket_mid, Event, EventKind, HistKey, NodeSummary};
 
 use super::calls::{CallRecorder, CallTable, SpanLog};
 use super::histogram::{new_histogram, LatencyHistogram};
+use super::split::{SplitTrees, Splitter, MAX_HELD_SPANS};
 
 /// Node hashes are already mixed in BPF (splitmix64), so hashing them again is wasted work on
 /// the per-event path.
-type NodeMap<V> = HashMap<u64, V, BuildHasherDefault<NoHashHasher<u64>>>;
+pub(super) type NodeMap<V> = HashMap<u64, V, BuildHasherDefault<NoHashHasher<u64>>>;
 
 #[derive(Debug, Clone, Copy)]
 struct NodeDef {
@@ -20,8 +21,8 @@ struct NodeDef {
 }
 
 #[derive(Debug, Clone)]
-struct NodeStats {
-    count: u64,
+pub(super) struct NodeStats {
+    pub(super) count: u64,
     total_ns: u64,
     self_ns: u64,
     off_ns: u64,
@@ -74,7 +75,7 @@ impl NodeStats {
     /// inside its window, None when the run does not correct. In-kernel aggregation does the
     /// same arithmetic in BPF (probes/ebpf `aggregate_call`): keep the two in step.
     #[inline]
-    fn add(&mut self, ev: &Event, own_ns: Option<u64>) {
+    pub(super) fn add(&mut self, ev: &Event, own_ns: Option<u64>) {
         self.count += 1;
         self.total_ns += ev.dur_ns;
         self.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
@@ -145,6 +146,8 @@ pub struct Aggregator {
     /// Processes whose dynamic loader changed its objects since the last look, with the
     /// (CLOCK_MONOTONIC) time of the first change.
     maps_changed: Vec<(u32, u64)>,
+    /// The root calls split by a phase (`--split-by`).
+    split: Option<Splitter>,
 }
 
 /// One node's cumulative figures at a point of a run (`--interval` snapshots).
@@ -342,6 +345,9 @@ impl Aggregator {
             if let Some(c) = &mut self.calls {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
             }
+            if let Some(s) = &mut self.split {
+                s.span(ev, self.own_probe_ns.as_deref());
+            }
             let own = self
                 .own_probe_ns
                 .as_ref()
@@ -413,6 +419,42 @@ impl Aggregator {
     /// own probe cost inside its window; descendants' whole costs come with each span.
     pub fn correct_probe_time(&mut self, own_ns: Vec<u64>) {
         self.own_probe_ns = Some(own_ns);
+    }
+
+    /// Also keeps the root calls that contained a call of phase id `phase` apart from the
+    /// others, for [`Aggregator::finish_split`] (per-event mode: in-kernel summaries are not
+    /// split).
+    pub fn split_by(&mut self, phase: u32) {
+        self.split_by_holding(phase, MAX_HELD_SPANS);
+    }
+
+    /// [`Aggregator::split_by`], holding at most `max_held` spans per thread.
+    pub fn split_by_holding(&mut self, phase: u32, max_held: usize) {
+        self.split = Some(Splitter::new(phase, max_held));
+    }
+
+    /// The two halves of a split run (None unless [`Aggregator::split_by`] was called).
+    /// BPF's lost/abandoned/open counts are per node, not per root call: they stay in the
+    /// merged tree.
+    pub fn finish_split(
+        &mut self,
+        names: &[String],
+        roles: &[Option<String>],
+    ) -> Option<SplitTrees> {
+        let split = self.split.take()?;
+        let phase = split.phase_name(names);
+        let (children, roots) = self.shape();
+        let none = EndCounters::default();
+        let build = Builder {
+            off_cpu: self.off_cpu,
+            defs: &self.defs,
+            children: &children,
+            names,
+            roles,
+            units: &self.units,
+            end: &none,
+        };
+        Some(split.finish(phase, &build, &roots))
     }
 
     /// Also keeps each process's figures apart, for [`Aggregator::finish_per_pid`].
@@ -619,7 +661,7 @@ impl Aggregator {
     }
 }
 
-struct Builder<'a> {
+pub(super) struct Builder<'a> {
     off_cpu: bool,
     defs: &'a NodeMap<NodeDef>,
     children: &'a NodeMap<Vec<u64>>,
@@ -630,7 +672,7 @@ struct Builder<'a> {
 }
 
 impl Builder<'_> {
-    fn node(&self, node: u64, stats: &mut NodeMap<NodeStats>) -> TreeNode {
+    pub(super) fn node(&self, node: u64, stats: &mut NodeMap<NodeStats>) -> TreeNode {
         let phase = self.defs.get(&node).map_or(u32::MAX, |d| d.phase);
         let name = self
             .names
@@ -682,7 +724,7 @@ impl Builder<'_> {
 }
 
 /// Drops the nodes a process never reached (no calls, open or abandoned, none below).
-fn prune_unreached(mut n: TreeNode) -> Option<TreeNode> {
+pub(super) fn prune_unreached(mut n: TreeNode) -> Option<TreeNode> {
     n.children = std::mem::take(&mut n.children)
         .into_iter()
         .filter_map(prune_unreached)
@@ -690,7 +732,7 @@ fn prune_unreached(mut n: TreeNode) -> Option<TreeNode> {
     (n.count > 0 || !n.children.is_empty()).then_some(n)
 }
 
-fn sort_by_total(nodes: &mut [TreeNode]) {
+pub(super) fn sort_by_total(nodes: &mut [TreeNode]) {
     nodes.sort_by(|a, b| {
         b.total_ns
             .cmp(&a.total_ns)
