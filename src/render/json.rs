@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::aggregate::{
     new_histogram, CallRow, CallTable, Corrected, LatencyHistogram, PhaseTree, SpanLog, SpanRecord,
-    TreeNode, Units,
+    SplitTrees, TreeNode, Units,
 };
 use crate::model::{
     Calibration, Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance,
@@ -44,6 +44,13 @@ pub fn to_json(run: &Run) -> serde_json::Value {
                 tree: TreeJ::from(&p.tree),
             })
             .collect(),
+        split: run.split.as_ref().map(|s| SplitJ {
+            phase: s.phase.clone(),
+            with: TreeJ::from(&s.with),
+            without: TreeJ::from(&s.without),
+            unattributed_spans: s.unattributed_spans,
+            oversized_roots: s.oversized_roots,
+        }),
     };
     // Serializing these structs cannot fail: every map key is a string and there are no
     // custom Serialize impls (non-finite floats become null rather than errors).
@@ -103,6 +110,16 @@ pub fn from_json(text: &str) -> Result<Run> {
         cpu: doc.cpu_profile.map(StackProfile::from),
         off_cpu: doc.off_cpu_profile.map(StackProfile::from),
         processes,
+        split: match doc.split {
+            Some(s) => Some(SplitTrees {
+                with: s.with.into_tree().context("split.with")?,
+                without: s.without.into_tree().context("split.without")?,
+                phase: s.phase,
+                unattributed_spans: s.unattributed_spans,
+                oversized_roots: s.oversized_roots,
+            }),
+            None => None,
+        },
     })
 }
 
@@ -129,6 +146,20 @@ struct Doc {
     off_cpu_profile: Option<StackProfileJ>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     processes: Vec<ProcessJ>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    split: Option<SplitJ>,
+}
+
+/// The tree split by a phase (`--split-by`): the root calls that contained it, the others.
+#[derive(Serialize, Deserialize)]
+struct SplitJ {
+    phase: String,
+    with: TreeJ,
+    without: TreeJ,
+    #[serde(default)]
+    unattributed_spans: u64,
+    #[serde(default)]
+    oversized_roots: u64,
 }
 
 /// One process's tree (`--per-pid`).
@@ -527,18 +558,8 @@ struct NodeJ {
     count: u64,
     total_ns: u64,
     self_ns: u64,
-    // Derived from count/total and the histogram, for readers without an HDR library;
-    // ignored on reading.
-    #[serde(default)]
-    mean_ns: f64,
-    #[serde(default)]
-    p50_ns: u64,
-    #[serde(default)]
-    p90_ns: u64,
-    #[serde(default)]
-    p99_ns: u64,
-    #[serde(default)]
-    max_ns: u64,
+    #[serde(flatten)]
+    derived: DerivedJ,
     lost: u64,
     abandoned: u64,
     open: u64,
@@ -560,7 +581,15 @@ struct CorrectedJ {
     probe_ns: u64,
     probe_hits: u64,
     error_ns: u64,
-    // Derived, ignored on reading (as in NodeJ).
+    #[serde(flatten)]
+    derived: DerivedJ,
+    histogram: HistJ,
+}
+
+/// Figures derived from a count, a total and a histogram, for readers without an HDR
+/// library; ignored on reading.
+#[derive(Serialize, Deserialize, Default)]
+struct DerivedJ {
     #[serde(default)]
     mean_ns: f64,
     #[serde(default)]
@@ -571,7 +600,22 @@ struct CorrectedJ {
     p99_ns: u64,
     #[serde(default)]
     max_ns: u64,
-    histogram: HistJ,
+}
+
+impl DerivedJ {
+    fn of(count: u64, total_ns: u64, h: &LatencyHistogram) -> DerivedJ {
+        DerivedJ {
+            mean_ns: if count == 0 {
+                0.0
+            } else {
+                total_ns as f64 / count as f64
+            },
+            p50_ns: h.value_at_quantile(0.5),
+            p90_ns: h.value_at_quantile(0.9),
+            p99_ns: h.value_at_quantile(0.99),
+            max_ns: h.max(),
+        }
+    }
 }
 
 impl HistJ {
@@ -776,11 +820,7 @@ impl From<&TreeNode> for NodeJ {
             count: n.count,
             total_ns: n.total_ns,
             self_ns: n.self_ns,
-            mean_ns: n.mean_ns(),
-            p50_ns: h.value_at_quantile(0.5),
-            p90_ns: h.value_at_quantile(0.9),
-            p99_ns: h.value_at_quantile(0.99),
-            max_ns: h.max(),
+            derived: DerivedJ::of(n.count, n.total_ns, h),
             lost: n.lost,
             abandoned: n.abandoned,
             open: n.open,
@@ -796,15 +836,7 @@ impl From<&TreeNode> for NodeJ {
                 probe_ns: c.probe_ns,
                 probe_hits: c.probe_hits,
                 error_ns: c.error_ns,
-                mean_ns: if n.count == 0 {
-                    0.0
-                } else {
-                    c.total_ns as f64 / n.count as f64
-                },
-                p50_ns: c.hist.value_at_quantile(0.5),
-                p90_ns: c.hist.value_at_quantile(0.9),
-                p99_ns: c.hist.value_at_quantile(0.99),
-                max_ns: c.hist.max(),
+                derived: DerivedJ::of(n.count, c.total_ns, &c.hist),
                 histogram: HistJ::of(&c.hist),
             }),
             children: n.children.iter().map(NodeJ::from).collect(),
