@@ -134,9 +134,16 @@ pub struct TraceArgs {
     /// merged tree.
     #[arg(long)]
     pub per_pid: bool,
+    /// Show the tree twice: over the root calls in which PHASE was called (at any depth) and
+    /// over the others, each with its own counts, means and percentiles (e.g. `--split-by
+    /// block_persist`: the writes that persisted a block apart from the rest). PHASE is a
+    /// phase name of the profile.
+    #[arg(long, value_name = "PHASE", conflicts_with = "per_pid")]
+    pub split_by: Option<String>,
     /// Where calls are aggregated: `event` sends every call to wprof (per-call CSV, traces,
     /// per-pid trees); `kernel` keeps per-node counts and log-linear histograms in BPF maps and
-    /// reads only those (for paths with hundreds of thousands of calls a second).
+    /// reads only those (for paths with hundreds of thousands of calls a second); `auto`
+    /// starts per event and switches to the kernel above 200,000 calls a second.
     #[arg(long, value_enum, value_name = "MODE", default_value = "event")]
     pub aggregate: AggregateMode,
     /// Detach on its own (cleanly, outputs written) once the probes have added more than PCT
@@ -157,19 +164,7 @@ impl TraceArgs {
         if self.aggregate != AggregateMode::Kernel {
             return Ok(());
         }
-        let refused: Vec<&str> = [
-            (out.events.is_some(), "--events (one CSV row per call)"),
-            (out.trace.is_some(), "--trace (one span per call)"),
-            (self.per_pid, "--per-pid (calls by process)"),
-            (self.skip.is_some(), "--skip (calls by start time)"),
-            (
-                self.interval.is_some() || self.snapshots.is_some(),
-                "--interval/--snapshots (figures during the run)",
-            ),
-        ]
-        .into_iter()
-        .filter_map(|(on, what)| on.then_some(what))
-        .collect();
+        let refused = self.per_call_options(out);
         if refused.is_empty() {
             return Ok(());
         }
@@ -186,6 +181,26 @@ impl TraceArgs {
     }
 }
 
+impl TraceArgs {
+    /// The options asked for that need every call as a span (so no in-kernel aggregation).
+    pub fn per_call_options(&self, out: &OutputArgs) -> Vec<&'static str> {
+        [
+            (out.events.is_some(), "--events (one CSV row per call)"),
+            (out.trace.is_some(), "--trace (one span per call)"),
+            (self.per_pid, "--per-pid (calls by process)"),
+            (self.split_by.is_some(), "--split-by (calls by root call)"),
+            (self.skip.is_some(), "--skip (calls by start time)"),
+            (
+                self.interval.is_some() || self.snapshots.is_some(),
+                "--interval/--snapshots (figures during the run)",
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(on, what)| on.then_some(what))
+        .collect()
+    }
+}
+
 /// Where a run aggregates its calls (`--aggregate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AggregateMode {
@@ -193,6 +208,9 @@ pub enum AggregateMode {
     Event,
     /// BPF keeps per-node summaries and histograms; wprof reads them.
     Kernel,
+    /// Per event, switching to the kernel once the traced calls pass 200,000 a second (never
+    /// when an option that needs every call is given).
+    Auto,
 }
 
 /// Parses `5%`, `5` or `0.5%` into a percentage in (0, 100].
@@ -335,6 +353,11 @@ pub struct ReportArgs {
     /// Show the times as measured, the probes' own time included, instead of corrected.
     #[arg(long)]
     pub raw: bool,
+    /// Require the tree split by PHASE (runs recorded with --split-by PHASE show it anyway):
+    /// exit 2 when the run was not split by PHASE. A run holds the halves only for the phase
+    /// it was recorded with.
+    #[arg(long, value_name = "PHASE")]
+    pub split_by: Option<String>,
 }
 
 /// `wprof compare`.
@@ -524,6 +547,34 @@ mod tests {
         };
         assert_eq!(r.command, ["prog", "--flag"]);
         assert_eq!(r.trace.ring_size, 8 << 20);
+    }
+
+    #[test]
+    fn split_by_takes_a_phase_and_refuses_per_pid_and_kernel_aggregation() {
+        let parse = |extra: &[&str]| {
+            let mut args = vec!["wprof", "record", "-t", "tsdb"];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&["--", "prog"]);
+            Cli::try_parse_from(args)
+        };
+        let Command::Record(r) = parse(&["--split-by", "block_persist"]).unwrap().command else {
+            panic!("not record")
+        };
+        assert_eq!(r.trace.split_by.as_deref(), Some("block_persist"));
+        assert!(r.trace.check_aggregate(&r.outputs).is_ok());
+        let e = parse(&["--split-by", "x", "--per-pid"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let Command::Record(r) = parse(&["--split-by", "x", "--aggregate", "kernel"])
+            .unwrap()
+            .command
+        else {
+            panic!("not record")
+        };
+        let e = r.trace.check_aggregate(&r.outputs).unwrap_err();
+        assert!(
+            matches!(&e, crate::error::WprofError::Usage(m) if m.contains("--split-by")),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -211,6 +211,7 @@ fn bpf_programs(can_load: bool) -> Check {
         ring_bytes: 4096,
         stacks: false,
         kernel_aggregate: false,
+        kernel_maps: false,
     };
     match Tracer::load(opts) {
         Ok(t) => check(

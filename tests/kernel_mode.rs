@@ -349,3 +349,49 @@ fn options_that_need_every_call_are_refused_up_front() {
         text(&out)
     );
 }
+
+/// `--aggregate auto` on a path hot enough (2 threads, every spin 0: ~600,000 calls a second)
+/// switches to the kernel after its first second; the calls before and after the switch add
+/// up exactly, and the run says it was aggregated in the kernel. With an option that needs
+/// every call it stays per event and says why.
+#[test]
+fn auto_switches_to_the_kernel_on_a_hot_path_and_keeps_every_call() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let mut args = vec!["--iterations", "300000", "--threads", "2"];
+    args.extend(ZERO_SPINS);
+    let (out, run) = record(dir.path(), "auto", &["--aggregate", "auto"], &args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("calls/s: aggregating in the kernel from now on"),
+        "{stderr}"
+    );
+    assert_eq!(run["provenance"]["aggregation"], "kernel");
+    assert_exact_paths(&run, WRITE_PATH, 600_000);
+    assert!(
+        run.get("calls")
+            .is_none_or(|c| c["rows"].as_array().is_none_or(Vec::is_empty)),
+        "no partial per-call table: {}",
+        run["calls"]
+    );
+
+    let csv = dir.path().join("calls.csv");
+    let csv_arg = csv.display().to_string();
+    let (out, run) = record(
+        dir.path(),
+        "auto-events",
+        &["--aggregate", "auto", "--events", &csv_arg],
+        &args,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("staying per event (--aggregate auto) because --events"),
+        "{stderr}"
+    );
+    assert_eq!(run["provenance"]["aggregation"], "event");
+    let n = u(node(&run, &["write_record"]), "count") + u(node(&run, &["write_record"]), "lost");
+    assert_eq!(n, 600_000, "{}", summary(&run));
+}

@@ -109,7 +109,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__attach)
-            opts="-t -p -q -h --target --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -p -q -h --target --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -163,8 +163,12 @@ _wprof() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --split-by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --aggregate)
-                    COMPREPLY=($(compgen -W "event kernel" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "event kernel auto" -- "${cur}"))
                     return 0
                     ;;
                 --max-overhead)
@@ -611,7 +615,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__record)
-            opts="-t -q -h --target --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -q -h --target --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -657,8 +661,12 @@ _wprof() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --split-by)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --aggregate)
-                    COMPREPLY=($(compgen -W "event kernel" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "event kernel auto" -- "${cur}"))
                     return 0
                     ;;
                 --max-overhead)
@@ -713,7 +721,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__report)
-            opts="-o -h --format --output --tail --first --per-pid --raw --help"
+            opts="-o -h --format --output --tail --first --per-pid --raw --split-by --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -736,6 +744,10 @@ _wprof() {
                     return 0
                     ;;
                 --first)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --split-by)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -410,6 +410,12 @@ impl Aggregator {
         }
     }
 
+    /// Stops keeping the per-call table and span log (`--aggregate auto` switched to the
+    /// kernel: rows would stop at the switch).
+    pub fn drop_calls(&mut self) {
+        self.calls = None;
+    }
+
     /// Counts units for the phases that have a `unit` (index = phase id).
     pub fn count_units(&mut self, units: Vec<Option<UnitSpec>>) {
         self.units = units;

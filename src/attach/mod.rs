@@ -66,9 +66,10 @@ pub struct TracerOptions {
     pub ring_bytes: u32,
     /// Whether stacks will be taken (CPU sampling or off-CPU): sizes the stack-trace map.
     pub stacks: bool,
-    /// Whether calls are aggregated in the kernel (`--aggregate kernel`): sizes the
-    /// preallocated histogram map.
+    /// Whether calls are aggregated in the kernel from the start (`--aggregate kernel`).
     pub kernel_aggregate: bool,
+    /// Whether they may be (`kernel` or `auto`): sizes the preallocated histogram map.
+    pub kernel_maps: bool,
 }
 
 /// The loaded BPF programs and maps, and every probe attached through them.
@@ -123,7 +124,7 @@ impl Tracer {
             // ~18 MiB, preallocated: only for in-kernel aggregation.
             .map_max_entries(
                 "HIST_BUCKETS",
-                if opts.kernel_aggregate {
+                if opts.kernel_maps {
                     wprof_common::MAX_HIST_BUCKETS
                 } else {
                     1

@@ -36,6 +36,7 @@ pub use trace_loop::{EndReason, Watch};
 /// `wprof attach`: trace running processes until an end condition; exit code 0.
 pub fn attach(a: AttachArgs) -> Result<i32> {
     let profile = Profile::load(&a.target.target)?;
+    split_phase(&profile, &a.trace)?;
     // First, so a missing capability is reported as such and not as a /proc permission error.
     check_capabilities()?;
     for &pid in &a.pid {
@@ -106,6 +107,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         &mut watch,
         &a.pid,
         late.as_mut(),
+        auto_switch(&a.trace, &a.outputs),
     )?;
     if let Some(l) = late {
         l.merge(&mut phases);
@@ -123,6 +125,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
 /// exit; exit with its status.
 pub fn record(r: RecordArgs) -> Result<i32> {
     let profile = Profile::load(&r.target.target)?;
+    split_phase(&profile, &r.trace)?;
     check_capabilities()?;
     let exe = child::find_executable(&r.command[0])?;
     let mut phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
@@ -172,6 +175,7 @@ pub fn record(r: RecordArgs) -> Result<i32> {
         &mut watch,
         &[pid],
         late.as_mut(),
+        auto_switch(&r.trace, &r.outputs),
     )?;
     if let Some(l) = late {
         l.merge(&mut phases);
@@ -232,6 +236,7 @@ fn tracer_options(t: &TraceArgs) -> TracerOptions {
         ring_bytes: t.ring_size,
         stacks: t.cpu_sample.is_some() || t.off_cpu,
         kernel_aggregate: t.aggregate == crate::args::AggregateMode::Kernel,
+        kernel_maps: t.aggregate != crate::args::AggregateMode::Event,
     }
 }
 
@@ -317,6 +322,7 @@ fn run(
     watch: &mut Watch,
     pids: &[u32],
     late: Option<&mut late::LateAttach>,
+    auto: AutoSwitch,
 ) -> Result<Traced> {
     let names = &phase_names(profile);
     // BPF aggregates since `tracer.attach` (TracerOptions::kernel_aggregate).
@@ -336,6 +342,9 @@ fn run(
         agg.track_per_pid();
     }
     agg.count_units(unit_specs(profile));
+    if let Some(phase) = split_phase(profile, t)? {
+        agg.split_by(phase);
+    }
     let mut labels = processes::ProcessLabels::new(pids);
     if let Some(skip) = t.skip {
         agg.skip_before(monotonic_ns() + skip.as_nanos() as u64);
@@ -348,31 +357,39 @@ fn run(
     };
     let mut stack_sink = stacks::StackSink::new(t.cpu_sample.is_some() || t.off_cpu);
     let t0 = std::time::Instant::now();
+    let mut hooks = RunHooks {
+        tracer,
+        late,
+        auto,
+        switched: false,
+        overhead: overhead::OverheadWatch::new(
+            phases
+                .iter()
+                .map(|p| match &costs.measured {
+                    Some(_) => costs
+                        .per_phase
+                        .get(p.id as usize)
+                        .map_or(0.0, |c| c.pair_ns),
+                    None => probe_cost::pair_ns(p),
+                })
+                .collect(),
+            t.max_overhead,
+            pids,
+            t.quiet,
+        ),
+    };
     let sides = trace_loop::Sides {
         stacks: &mut stack_sink,
         snapshots: snapshots.as_mut(),
         labels: &mut labels,
-        hooks: &mut RunHooks {
-            tracer,
-            late,
-            overhead: overhead::OverheadWatch::new(
-                phases
-                    .iter()
-                    .map(|p| match &costs.measured {
-                        Some(_) => costs
-                            .per_phase
-                            .get(p.id as usize)
-                            .map_or(0.0, |c| c.pair_ns),
-                        None => probe_cost::pair_ns(p),
-                    })
-                    .collect(),
-                t.max_overhead,
-                pids,
-                t.quiet,
-            ),
-        },
+        hooks: &mut hooks,
     };
     let reason = trace_loop::run(&mut collector, &mut agg, sides, watch, !t.quiet)?;
+    let in_kernel = in_kernel || hooks.switched;
+    if hooks.switched {
+        // Its rows stop at the switch: a partial table would read as the whole run.
+        agg.drop_calls();
+    }
     let duration = t0.elapsed();
     tracer.detach();
     collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
@@ -405,6 +422,63 @@ struct RunHooks<'a> {
     tracer: &'a mut Tracer,
     late: Option<&'a mut late::LateAttach>,
     overhead: overhead::OverheadWatch,
+    auto: AutoSwitch,
+    /// Whether `--aggregate auto` switched to the kernel.
+    switched: bool,
+}
+
+/// Calls a second above which `--aggregate auto` aggregates in the kernel: per event, wprof
+/// loses spans from ~650,000 a second on these machines and spends most of a CPU before that.
+const AUTO_KERNEL_CALLS_PER_S: f64 = 200_000.0;
+
+/// What `--aggregate auto` may do in this run.
+enum AutoSwitch {
+    /// Not asked for.
+    Off,
+    /// It may switch to in-kernel aggregation.
+    Allowed,
+    /// It may not: these options need every call.
+    Blocked(String),
+}
+
+/// `--aggregate auto` for a run with these options.
+fn auto_switch(t: &TraceArgs, out: &crate::args::OutputArgs) -> AutoSwitch {
+    if t.aggregate != crate::args::AggregateMode::Auto {
+        return AutoSwitch::Off;
+    }
+    let blocking = t.per_call_options(out);
+    if blocking.is_empty() {
+        AutoSwitch::Allowed
+    } else {
+        AutoSwitch::Blocked(blocking.join(", "))
+    }
+}
+
+impl RunHooks<'_> {
+    /// `--aggregate auto`: switches once the last second's call rate passes the threshold.
+    fn maybe_switch(&mut self) {
+        let rate = self.overhead.calls_per_s;
+        if self.switched || rate < AUTO_KERNEL_CALLS_PER_S {
+            return;
+        }
+        match std::mem::replace(&mut self.auto, AutoSwitch::Off) {
+            AutoSwitch::Allowed => match self.tracer.aggregate_in_kernel() {
+                Ok(()) => {
+                    self.switched = true;
+                    eprintln!(
+                        "wprof: {rate:.0} calls/s: aggregating in the kernel from now on \
+                         (--aggregate auto; the calls so far are kept)"
+                    );
+                }
+                Err(e) => eprintln!("wprof: warning: could not aggregate in the kernel: {e:#}"),
+            },
+            AutoSwitch::Blocked(why) => eprintln!(
+                "wprof: {rate:.0} calls/s: staying per event (--aggregate auto) because {why} \
+                 needs every call"
+            ),
+            AutoSwitch::Off => {}
+        }
+    }
 }
 
 impl trace_loop::Hooks for RunHooks<'_> {
@@ -415,7 +489,9 @@ impl trace_loop::Hooks for RunHooks<'_> {
     }
 
     fn tick(&mut self) -> Option<EndReason> {
-        let over = self.overhead.tick(self.tracer)?;
+        let over = self.overhead.tick(self.tracer);
+        self.maybe_switch();
+        let over = over?;
         eprintln!("wprof: {over}");
         Some(EndReason::OverheadBudget)
     }
@@ -443,7 +519,7 @@ fn build_run(
     costs: &RunCosts,
 ) -> Run {
     let Traced {
-        agg,
+        mut agg,
         end,
         reason,
         duration: traced,
@@ -457,6 +533,7 @@ fn build_run(
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
     let events = agg.events();
     let skipped_spans = agg.skipped();
+    let mut split = agg.finish_split(&names, &roles);
     let (mut tree, calls, spans, per_pid) = agg.finish_all(&names, &roles, &end.nodes);
     let calibration = costs.measured.as_ref().map(costs::calibration);
     // Each probe hit inside a call may be off by the calibration's error (per pair: two hits).
@@ -465,6 +542,10 @@ fn build_run(
         costs.error_per_hit_ns(&hits_by_phase) * if c.contended { 2.0 } else { 1.0 }
     });
     costs::state_errors(&mut tree, error_per_hit);
+    if let Some(s) = &mut split {
+        costs::state_errors(&mut s.with, error_per_hit);
+        costs::state_errors(&mut s.without, error_per_hit);
+    }
     let processes = per_pid
         .into_iter()
         .map(|mut p| {
@@ -610,6 +691,19 @@ fn build_run(
         cpu,
         off_cpu,
         processes,
+        split,
+    }
+}
+
+/// The phase id of `--split-by PHASE` (None without it); a usage error naming the profile's
+/// phases when it has no such phase. Checked before anything is attached.
+fn split_phase(profile: &Profile, t: &TraceArgs) -> Result<Option<u32>> {
+    match &t.split_by {
+        None => Ok(None),
+        Some(p) => Ok(Some(crate::aggregate::split::phase_id(
+            &phase_names(profile),
+            p,
+        )?)),
     }
 }
 

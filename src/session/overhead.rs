@@ -29,6 +29,8 @@ pub(super) struct OverheadWatch {
     quiet: bool,
     /// The largest share measured over one second, %.
     pub peak_pct: f64,
+    /// Completed calls a second over the last measured second (returns of every phase).
+    pub calls_per_s: f64,
 }
 
 impl OverheadWatch {
@@ -45,13 +47,15 @@ impl OverheadWatch {
             seconds: 0,
             quiet,
             peak_pct: 0.0,
+            calls_per_s: 0.0,
         }
     }
 
     /// Measures the last second's overhead when a second has passed; Some(message) when it
     /// went over the budget (the run must end).
     pub fn tick(&mut self, tracer: &mut Tracer) -> Option<String> {
-        if self.last.elapsed() < EVERY {
+        let secs = self.last.elapsed().as_secs_f64();
+        if secs < EVERY.as_secs_f64() {
             return None;
         }
         self.last = Instant::now();
@@ -69,6 +73,8 @@ impl OverheadWatch {
             .map(|(h, l)| h.saturating_sub(*l))
             .sum();
         let used = cpu.saturating_sub(self.last_cpu_ns) as f64;
+        // Hits are entries + returns: two per call.
+        self.calls_per_s = new_hits as f64 / 2.0 / secs;
         self.last_hits = hits;
         self.last_cpu_ns = cpu;
         self.seconds += 1;
