@@ -191,6 +191,29 @@ pub fn export(a: ExportArgs) -> Result<i32> {
     Ok(0)
 }
 
+/// `report --split-by PHASE`: the run must hold the halves for PHASE. They need every root
+/// call's spans, which the JSON does not keep, so a run is split only by the phase it was
+/// recorded with.
+fn check_split(run: &crate::model::Run, phase: &str, path: &std::path::Path) -> Result<()> {
+    let why = match &run.split {
+        Some(s) if s.phase == phase => return Ok(()),
+        Some(s) => format!("it was recorded with --split-by {}", s.phase),
+        None => "it was recorded without --split-by".to_string(),
+    };
+    let names: Vec<&str> = run.phases.iter().map(|p| p.name.as_str()).collect();
+    let unknown = if names.contains(&phase) {
+        String::new()
+    } else {
+        format!(" (and it has no phase '{phase}'; its phases: {})", names.join(", "))
+    };
+    Err(WprofError::Usage(format!(
+        "{} is not split by {phase}: {why}{unknown}; the two trees need every root call's \
+         spans, which the JSON does not keep: record the run again with --split-by {phase}",
+        path.display()
+    ))
+    .into())
+}
+
 /// `wprof report RUN.json`: re-renders a saved run.
 pub fn report(a: ReportArgs) -> Result<i32> {
     let text =
@@ -206,6 +229,9 @@ pub fn report(a: ReportArgs) -> Result<i32> {
             a.run.display()
         ))
         .into());
+    }
+    if let Some(phase) = &a.split_by {
+        check_split(&run, phase, &a.run)?;
     }
     let per_call = matches!(a.format, ReportFormat::Csv | ReportFormat::Trace)
         || a.tail.is_some()

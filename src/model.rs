@@ -4,7 +4,7 @@
 //! folded, SVG). `--json` writes exactly this (schema v1, docs/json.md), and `report` reads it
 //! back, so everything printed about a run comes from this one value.
 
-use crate::aggregate::{CallTable, PhaseTree, SpanLog};
+use crate::aggregate::{CallTable, PhaseTree, SpanLog, SplitTrees};
 
 /// One traced process of a run made with `--per-pid`.
 #[derive(Debug, Clone, Default)]
@@ -208,6 +208,9 @@ pub struct Run {
     pub off_cpu: Option<StackProfile>,
     /// One tree per process (`--per-pid`), smallest pid first; empty otherwise.
     pub processes: Vec<ProcessRun>,
+    /// The tree twice, over the root calls that contained a phase and over the others
+    /// (`--split-by`).
+    pub split: Option<SplitTrees>,
 }
 
 impl Run {
@@ -222,6 +225,10 @@ impl Run {
         for p in &mut self.processes {
             p.tree.roots.iter_mut().for_each(walk);
         }
+        if let Some(s) = &mut self.split {
+            s.with.roots.iter_mut().for_each(walk);
+            s.without.roots.iter_mut().for_each(walk);
+        }
     }
 
     /// Whether the tree carries times corrected for the probes.
@@ -231,6 +238,9 @@ impl Run {
                 .processes
                 .iter()
                 .any(|p| p.tree.roots.iter().any(|r| r.corrected.is_some()))
+            || self.split.as_ref().is_some_and(|s| {
+                (s.with.roots.iter().chain(&s.without.roots)).any(|r| r.corrected.is_some())
+            })
     }
 }
 

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::*;
-use crate::render::testutil::{calibrated_run, empty_run, sample_run};
+use crate::render::testutil::{calibrated_run, empty_run, sample_run, split_run};
 use crate::render::{render_tree, TextOptions};
 
 fn nodes(tree: &PhaseTree) -> Vec<&TreeNode> {
@@ -298,6 +298,42 @@ fn per_pid_run() -> Run {
         },
     ];
     run
+}
+
+#[test]
+fn split_trees_round_trip_and_validate() -> Result<()> {
+    let run = split_run();
+    let v = to_json(&run);
+    let split = &v["split"];
+    assert_eq!(split["phase"], "persist_block");
+    assert_eq!(split["with"]["roots"][0]["name"], "write_record");
+    assert_eq!(split["with"]["roots"][0]["count"], 250);
+    assert_eq!(split["without"]["roots"][0]["count"], 750);
+    assert_eq!(split["without"]["roots"][1]["name"], "vacuum_page");
+    assert_eq!(
+        (&split["unattributed_spans"], &split["oversized_roots"]),
+        (&4.into(), &0.into())
+    );
+    // The merged tree stays where it was.
+    assert_eq!(v["tree"]["roots"][0]["count"], 1000);
+    let back = from_json(&v.to_string())?;
+    assert_eq!(to_json(&back), v);
+    let (a, b) = (run.split.as_ref().unwrap(), back.split.as_ref().unwrap());
+    for (x, y) in nodes(&a.with).iter().zip(nodes(&b.with)) {
+        assert!(x.hist == y.hist, "histogram of {} differs", x.name);
+    }
+    if let Err(e) = validate(&v) {
+        panic!("docs/json-schema-v1.json rejects a --split-by run:\n{e}");
+    }
+    let opts = TextOptions::default();
+    assert_eq!(render_tree(&back, &opts), render_tree(&run, &opts));
+    // A run without --split-by has no `split`; one with an unknown field in it is refused.
+    assert!(to_json(&sample_run()).get("split").is_none());
+    let mut bad = v.clone();
+    bad["split"]["with"] = serde_json::json!({"roots": 3});
+    assert!(validate(&bad).is_err());
+    assert!(from_json(&bad.to_string()).is_err());
+    Ok(())
 }
 
 #[test]

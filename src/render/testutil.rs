@@ -272,6 +272,7 @@ pub fn sample_run() -> Run {
         }),
         off_cpu: None,
         processes: Vec::new(),
+        split: None,
     }
 }
 
@@ -376,6 +377,80 @@ pub fn calibrated_run() -> Run {
         elapsed_ms: 42.0,
         load_end: 0.4,
         contended: false,
+    });
+    run
+}
+
+/// The sample run recorded with `--split-by persist_block`: the merged tree as in
+/// [`sample_run`], and the same calls in two halves — the 250 `write_record` calls that called
+/// `persist_block` (every 4th) and the other 750 with `vacuum_page`'s 3. BPF's lost, abandoned
+/// and open counts stay in the merged tree; 4 spans were not attributed.
+pub fn split_run() -> Run {
+    let wal_sync = durations(1000, 140_000, 20_000);
+    let wal_append = add(&wal_sync, &durations(1000, 2_500, 700));
+    let compress = durations(250, 380_000, 40_000);
+    let flush = durations(250, 170_000, 20_000);
+    let persist = add(&add(&compress, &flush), &durations(250, 18_000, 4_000));
+    let encode = durations(1000, 5_000, 1_800);
+    let own = durations(1000, 2_600, 800);
+    let pick = |v: &[u64], with: bool| -> Vec<u64> {
+        (0..v.len())
+            .filter(|i| (i % 4 == 0) == with)
+            .map(|i| v[i])
+            .collect()
+    };
+    let half = |with: bool| {
+        let write: Vec<u64> = (0..1000)
+            .filter(|i| (i % 4 == 0) == with)
+            .map(|i| {
+                let p = if with { persist[i / 4] } else { 0 };
+                wal_append[i] + encode[i] + own[i] + p
+            })
+            .collect();
+        let wal = node(
+            3,
+            NAMES[3],
+            &pick(&wal_append, with),
+            vec![node(4, NAMES[4], &pick(&wal_sync, with), vec![])],
+        );
+        let mut children = vec![wal, node(6, NAMES[6], &pick(&encode, with), vec![])];
+        if with {
+            children.push(node(
+                1,
+                NAMES[1],
+                &persist,
+                vec![
+                    node(5, NAMES[5], &compress, vec![]),
+                    node(2, NAMES[2], &flush, vec![]),
+                ],
+            ));
+        }
+        children.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
+        let mut root = node(0, NAMES[0], &write, children);
+        root.role = Some("insert".into());
+        let mut roots = vec![root];
+        if !with {
+            roots.push(node(
+                7,
+                NAMES[7],
+                &[2_000_000, 2_500_000, 40_000_000],
+                vec![],
+            ));
+        }
+        let events = if with { 250 * 7 } else { 750 * 4 + 3 };
+        PhaseTree {
+            roots,
+            orphan_spans: 0,
+            events,
+        }
+    };
+    let mut run = sample_run();
+    run.split = Some(crate::aggregate::SplitTrees {
+        phase: NAMES[1].into(),
+        with: half(true),
+        without: half(false),
+        unattributed_spans: 4,
+        oversized_roots: 0,
     });
     run
 }

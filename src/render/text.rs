@@ -6,11 +6,13 @@
 //! estimated probe share, and with `--off-cpu` the on-CPU and off-CPU time per root call
 //! (they add up to the first column); a `(self)` row under every node with children; rows for calls that
 //! could not be timed; then the footer (see `footer.rs`). A run recorded with `--per-pid` shows
-//! one tree per process instead, each headed by its pid and label.
+//! one tree per process instead, each headed by its pid and label; one recorded with
+//! `--split-by PHASE` shows the tree twice, over the root calls that contained PHASE and over
+//! the others, each headed by its share of the root calls.
 
 use std::collections::HashMap;
 
-use crate::aggregate::TreeNode;
+use crate::aggregate::{PhaseTree, SplitTrees, TreeNode};
 use crate::model::Run;
 
 use super::footer;
@@ -112,6 +114,8 @@ pub fn render_tree(run: &Run, opts: &TextOptions) -> String {
             }
             rows.push(head);
         }
+    } else if let Some(split) = &run.split {
+        split_rows(&ctx, run, split, &mut rows, &mut flagged);
     } else {
         for root in &run.tree.roots {
             let mut tree_rows = Vec::new();
@@ -318,6 +322,83 @@ enum Under<'a> {
     Child(&'a TreeNode),
     SelfTime,
     Note(String, bool),
+}
+
+/// A run split by a phase (`--split-by`): each half under a heading that says how many root
+/// calls it holds, then what is in neither half.
+fn split_rows(
+    ctx: &Ctx<'_>,
+    run: &Run,
+    split: &SplitTrees,
+    rows: &mut Vec<Vec<Row>>,
+    flagged: &mut Vec<Flagged>,
+) {
+    let roots_of = |t: &PhaseTree| t.roots.iter().map(|r| r.count).sum::<u64>();
+    let total = roots_of(&split.with) + roots_of(&split.without);
+    let note = |label: String, warn: bool| Row::Note { label, warn };
+    for (tree, what) in [
+        (&split.with, "contained"),
+        (&split.without, "did not contain"),
+    ] {
+        let n = roots_of(tree);
+        let share = if total == 0 {
+            String::new()
+        } else {
+            format!(" ({:.1}%)", 100.0 * n as f64 / total as f64)
+        };
+        let mut group = vec![note(
+            format!("── {n} of {total} root calls{share} {what} {}", split.phase),
+            false,
+        )];
+        if tree.roots.is_empty() {
+            group.push(note("(none)".to_string(), false));
+        }
+        for (i, root) in tree.roots.iter().enumerate() {
+            if i > 0 {
+                rows.push(std::mem::take(&mut group));
+            }
+            root_rows(ctx, root, &mut group, flagged);
+        }
+        rows.push(group);
+    }
+    let (mut lost, mut abandoned, mut open) = (0, 0, 0);
+    for r in &run.tree.roots {
+        r.walk(&mut Vec::new(), &mut |_, n| {
+            lost += n.lost;
+            abandoned += n.abandoned;
+            open += n.open;
+        });
+    }
+    let mut notes = Vec::new();
+    if lost + abandoned + open > 0 {
+        notes.push(note(
+            format!(
+                "(not split: {lost} lost, {abandoned} abandoned, {open} open at end — BPF \
+                 counts them per node, not per root call; the merged tree in the JSON has them)"
+            ),
+            true,
+        ));
+    }
+    if split.unattributed_spans > 0 {
+        let oversized = match split.oversized_roots {
+            0 => String::new(),
+            n => format!(
+                ", or it held more than {} calls ({n} root calls)",
+                crate::aggregate::split::MAX_HELD_SPANS
+            ),
+        };
+        notes.push(note(
+            format!(
+                "(in neither half: {} whose root call did not complete in the run (its span \
+                 lost, left without return, open at the end, or started during --skip){oversized})",
+                calls(split.unattributed_spans)
+            ),
+            true,
+        ));
+    }
+    if !notes.is_empty() {
+        rows.push(notes);
+    }
 }
 
 /// The rows of one root's tree.

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::aggregate::TreeNode;
-use crate::render::testutil::{assert_golden, calibrated_run, empty_run, sample_run};
+use crate::render::testutil::{assert_golden, calibrated_run, empty_run, sample_run, split_run};
 
 fn plain(run: &Run) -> String {
     render_tree(run, &TextOptions::default())
@@ -28,7 +28,8 @@ impl Line {
 fn parse(text: &str) -> Vec<Line> {
     let mut out = Vec::new();
     for l in text.lines().take_while(|l| !l.starts_with("columns:")) {
-        if l.trim().is_empty() {
+        // Blank lines, and the headings of per-process and split trees.
+        if l.trim().is_empty() || l.starts_with("── ") {
             continue;
         }
         let start = l.chars().take_while(|c| "│├└─ ".contains(*c)).count();
@@ -75,6 +76,77 @@ fn under(lines: &[Line], i: usize) -> Vec<&Line> {
 #[test]
 fn sample_tree_matches_golden() {
     assert_golden("tree.txt", &plain(&sample_run()));
+}
+
+#[test]
+fn split_tree_matches_golden() {
+    assert_golden("tree_split.txt", &plain(&split_run()));
+}
+
+#[test]
+fn split_run_shows_each_half_under_its_heading_with_its_own_figures() {
+    let run = split_run();
+    let text = plain(&run);
+    let (with, without) = text
+        .split_once("── 753 of 1003 root calls (75.1%) did not contain persist_block\n")
+        .unwrap_or_else(|| panic!("no heading of the half without:\n{text}"));
+    assert!(
+        with.starts_with("── 250 of 1003 root calls (24.9%) contained persist_block\n"),
+        "{text}"
+    );
+    let (without, footer) = without.split_once("\ncolumns:").expect("footer");
+    // Each half's tree adds up on its own, per root call of that half.
+    assert_eq!(rows_add_up_in(with), 3, "{with}");
+    assert_eq!(rows_add_up_in(without), 2, "{without}");
+    let split = run.split.as_ref().unwrap();
+    let row = |half: &str, name: &str| -> String {
+        half.lines()
+            .find(|l| {
+                l.trim_start_matches(|c| "│├└─ ".contains(c))
+                    .starts_with(name)
+            })
+            .unwrap_or_else(|| panic!("no {name} row in:\n{half}"))
+            .to_string()
+    };
+    let w = split.with.find(&["write_record"]).unwrap();
+    let wo = split.without.find(&["write_record"]).unwrap();
+    for (half, node) in [(with, w), (without, wo)] {
+        let r = row(half, "write_record");
+        assert!(r.contains(&format!("n={:<3}", node.count)), "{r}");
+        let mean = format!("mean {:>8}", format_ns(node.mean_ns()));
+        assert!(r.contains(&mean), "{r} lacks {mean}");
+        let p99 = format!(
+            "p99 {:>8}",
+            format_ns_u64(node.hist.value_at_quantile(0.99))
+        );
+        assert!(r.contains(&p99), "{r} lacks {p99}");
+    }
+    assert!(!without.contains("persist_block  "), "{without}");
+    assert!(row(without, "vacuum_page").contains("n=3"));
+    // What is in neither half is said, once, after both.
+    assert!(
+        without.contains("(not split: 12 lost, 3 abandoned, 1 open at end"),
+        "{without}"
+    );
+    assert!(
+        without.contains("(in neither half: 4 calls whose root call did not complete"),
+        "{without}"
+    );
+    assert!(footer.contains("phases:"), "{footer}");
+}
+
+#[test]
+fn split_half_without_calls_says_none() {
+    let mut run = split_run();
+    let split = run.split.as_mut().unwrap();
+    split.with.roots.clear();
+    split.unattributed_spans = 0;
+    let text = plain(&run);
+    assert!(
+        text.contains("── 0 of 753 root calls (0.0%) contained persist_block\n(none)\n"),
+        "{text}"
+    );
+    assert!(!text.contains("in neither half"), "{text}");
 }
 
 #[test]
@@ -140,7 +212,17 @@ fn rows_add_up_to_their_parent() {
 
 fn rows_add_up(run: &Run) {
     let text = plain(run);
-    let lines = parse(&text);
+    assert_eq!(
+        rows_add_up_in(&text),
+        3,
+        "write_record, wal_append and persist_block have children:\n{text}"
+    );
+}
+
+/// Checks that every node's children (with `(self)`) add up to it; returns how many nodes
+/// with children it checked.
+fn rows_add_up_in(text: &str) -> usize {
+    let lines = parse(text);
     let mut checked = 0;
     for (i, l) in lines.iter().enumerate() {
         let kids: Vec<&Line> = under(&lines, i)
@@ -169,10 +251,7 @@ fn rows_add_up(run: &Run) {
         );
         checked += 1;
     }
-    assert_eq!(
-        checked, 3,
-        "write_record, wal_append and persist_block have children:\n{text}"
-    );
+    checked
 }
 
 #[test]
