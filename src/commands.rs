@@ -106,11 +106,21 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
         }
     }
     writeln!(out, "pair µs: {}", probe_cost::MODEL)?;
-    if phases
-        .iter()
-        .flat_map(|p| &p.targets)
-        .any(|t| t.entry_offset > 0)
-    {
+    let moved = |go: bool| {
+        phases
+            .iter()
+            .flat_map(|p| &p.targets)
+            .any(|t| t.entry_offset > 0 && (t.language == resolve::Language::Go) == go)
+    };
+    if moved(true) {
+        writeln!(
+            out,
+            "Go name+N: entry probe after the function's stack check, so that a call whose \
+             stack grows (runtime.morestack, then the function again from its start) is \
+             counted once"
+        )?;
+    }
+    if moved(false) {
         writeln!(
             out,
             "name+4: entry probe past the function's endbr64 (offset and entry cost are that \

@@ -21,6 +21,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("aoco", include_str!("../attach-profiles/aoco.toml")),
     ("pax", include_str!("../attach-profiles/pax.toml")),
     ("tsdb", include_str!("../attach-profiles/tsdb.toml")),
+    (
+        "parquet-go",
+        include_str!("../attach-profiles/parquet-go.toml"),
+    ),
 ];
 
 /// How a phase's return is detected.
@@ -76,7 +80,8 @@ pub struct Phase {
     /// Kernel phase: an enter and an exit tracepoint (`["cat:enter", "cat:exit"]`) hit by the
     /// same thread.
     pub tracepoint: Option<TracepointPair>,
-    /// Integer argument to capture (0-based, System V x86-64 order) or "retval".
+    /// Integer argument to capture (0-based, System V x86-64 order; Go's register ABI order
+    /// for Go functions) or "retval".
     pub arg: Option<toml::Value>,
     /// Unit of the captured argument (rows, bytes...); without `arg`, each call is one unit.
     pub unit: Option<String>,
@@ -97,7 +102,8 @@ impl Phase {
     /// The validated `arg` of the phase.
     pub fn capture(&self) -> Option<Capture> {
         match &self.arg {
-            Some(toml::Value::Integer(n)) if (0..6).contains(n) => Some(Capture::Arg(*n as u8)),
+            // 0-5: System V x86-64; 6-8 only for Go functions (checked at resolve time).
+            Some(toml::Value::Integer(n)) if (0..9).contains(n) => Some(Capture::Arg(*n as u8)),
             Some(toml::Value::String(s)) if s == "retval" => Some(Capture::RetVal),
             _ => None,
         }
@@ -234,7 +240,8 @@ impl Profile {
                 if p.capture().is_none() {
                     return err(format!(
                         "phase '{}': arg = {a} must be an argument index 0-5 (System V x86-64 \
-                         integer registers) or \"retval\"",
+                         integer registers; 0-8 for Go functions, Go's register ABI) or \
+                         \"retval\"",
                         p.name
                     ));
                 }
@@ -311,7 +318,7 @@ mod tests {
         assert_eq!(ok.phases[2].capture(), Some(Capture::RetVal));
         assert_eq!(ok.phases[0].capture(), None);
         for (bad, want) in [
-            ("arg=6", "argument index 0-5"),
+            ("arg=9", "argument index 0-5"),
             ("arg='rax'", "argument index 0-5"),
             ("under='nope'", "names no phase"),
             ("under='a'", "the phase itself"),

@@ -13,6 +13,7 @@
 pub mod debuginfo;
 pub mod demangle;
 pub mod disasm;
+pub mod gopclntab;
 pub mod inlined;
 pub mod kernel;
 pub mod libpath;
@@ -26,7 +27,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use crate::error::WprofError;
-use crate::profile::{Phase, Profile, ReturnMode};
+use crate::profile::{Capture, Phase, Profile, ReturnMode};
 
 /// What wprof traces: live processes, or a binary about to be started (`record`, `probes --binary`).
 #[derive(Debug, Clone)]
@@ -388,7 +389,7 @@ fn resolve_symbol_phase(
     // unwinding through it: only a purely C object gets uretprobes by default.
     let any_unsafe = matches.iter().any(|m| m.function.language != Language::C)
         || syms.functions.iter().any(|f| f.language != Language::C);
-    let return_mode = explicit_or(
+    let mut return_mode = explicit_or(
         phase,
         if any_unsafe {
             ReturnMode::RetSites
@@ -396,10 +397,41 @@ fn resolve_symbol_phase(
             ReturnMode::Uretprobe
         },
     );
+    let mut warnings = Vec::new();
+    let go = matches.iter().find(|m| m.function.language == Language::Go);
+    if let (Some(g), ReturnMode::Uretprobe) = (go, return_mode) {
+        // Never a uretprobe on Go code, whatever was asked: it crashes the program.
+        return_mode = ReturnMode::RetSites;
+        warnings.push(format!(
+            "phase '{}': return = \"uretprobe\" overridden for the Go function {}: uretprobes \
+             crash Go programs (the runtime finds the kernel's trampoline where a return \
+             address should be when it unwinds or moves a goroutine's stack); RET-site probes \
+             are used instead",
+            phase.name, g.name.demangled
+        ));
+    }
+    if let Some(Capture::Arg(n)) = phase.capture() {
+        let c = matches.iter().find(|m| m.function.language != Language::Go);
+        if let (Some(c), true) = (c, usize::from(n) >= SYSV_INT_ARGS) {
+            let reason = format!(
+                "arg = {n}: {} is not a Go function, and the System V x86-64 convention passes \
+                 only {SYSV_INT_ARGS} integer arguments in registers (0-{}); indices up to {} \
+                 are for Go functions (Go's register ABI)",
+                c.name.demangled,
+                SYSV_INT_ARGS - 1,
+                GO_INT_ARGS - 1
+            );
+            return unresolved(reason, Vec::new(), syms.is_go);
+        }
+    }
     let mut targets = Vec::with_capacity(matches.len());
     for m in &matches {
         let f = m.function;
-        let entry = match disasm::entry_site(syms, f, past_endbr) {
+        // A Go function's entry probe goes after its stack check (disasm::go_entry_site).
+        let go_entry = (f.language == Language::Go)
+            .then(|| disasm::go_entry_site(syms, f))
+            .flatten();
+        let entry = match go_entry.map_or_else(|| disasm::entry_site(syms, f, past_endbr), Ok) {
             Ok(s) => s,
             Err(e) => return unresolved(format!("{e:#}"), Vec::new(), syms.is_go),
         };
@@ -445,14 +477,36 @@ fn resolve_symbol_phase(
         kernel: None,
         return_mode,
         status: Status::Resolved,
-        warnings: Vec::new(),
+        warnings,
     }
 }
+
+/// Integer arguments passed in registers by the System V x86-64 convention (C, C++, Rust):
+/// `rdi, rsi, rdx, rcx, r8, r9`.
+pub const SYSV_INT_ARGS: usize = 6;
+
+/// Integer arguments passed in registers by Go's register ABI (amd64, Go 1.17+):
+/// `rax, rbx, rcx, rdi, rsi, r8, r9, r10, r11`.
+pub const GO_INT_ARGS: usize = 9;
 
 /// Why a name may be missing from `syms` beyond a typo: a stripped object without its debug
 /// file (say how to get one, and which debug files were rejected), or the debug file that was
 /// searched too.
 fn missing_hint(syms: &symbols::ObjectSymbols) -> Option<String> {
+    if syms.is_go && !syms.has_symtab {
+        return Some(match (&syms.go_note, syms.from_pclntab) {
+            (_, true) => "the Go binary has no symbol table (built with -ldflags='-s' or \
+                          stripped); its functions were read from .gopclntab"
+                .to_string(),
+            (note, false) => format!(
+                "a Go binary without a symbol table (built with -ldflags='-s' or stripped) and \
+                 without a readable function table (.gopclntab: {}): wprof cannot find its \
+                 functions; rebuild it without -s (`-ldflags=-w` drops only DWARF; -trimpath is \
+                 fine) and do not strip it, or probe an unstripped build of the same source",
+                note.as_deref().unwrap_or("missing")
+            ),
+        });
+    }
     let notes = syms.debug_notes.iter().map(|n| format!("; {n}"));
     match (&syms.debug_file, syms.has_symtab) {
         (Some(dbg), _) => Some(format!("its debug file {dbg} was searched too")),
@@ -502,6 +556,8 @@ pub fn unresolved_required(phases: &[ResolvedPhase], profile: &Profile) -> Optio
     (!lines.is_empty()).then(|| WprofError::Unresolved(lines.join("\n")))
 }
 
+#[cfg(test)]
+mod go_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -18,10 +18,11 @@ use anyhow::{bail, Context};
 use object::elf;
 use object::elf::FileHeader64;
 use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym, SymbolTable, VersionTable};
-use object::{Endianness, FileKind, Object};
+use object::{Endianness, FileKind, Object, ObjectSymbol};
 
 use super::debuginfo;
 use super::demangle::{demangle, language_of};
+use super::gopclntab;
 use super::Language;
 
 /// Name parts marking a compiler-made fragment or clone of a function, never probed as one.
@@ -84,8 +85,14 @@ pub struct ObjectSymbols {
     pub path: PathBuf,
     /// GNU build id, hex.
     pub build_id: Option<String>,
-    /// Has `.note.go.buildid` or `.go.buildinfo`.
+    /// A Go binary: has `.note.go.buildid`, `.go.buildinfo` or `.gopclntab`, or defines
+    /// `runtime.main` and `runtime.goexit`.
     pub is_go: bool,
+    /// A Go binary's functions came from its `.gopclntab` (it has no .symtab: built with
+    /// `-ldflags='-s'` or stripped).
+    pub from_pclntab: bool,
+    /// Why a Go binary's `.gopclntab` could not be read, when that mattered (no .symtab).
+    pub go_note: Option<String>,
     /// Has a .symtab (false when stripped: only exported functions are visible).
     pub has_symtab: bool,
     /// Functions, sorted by address.
@@ -186,9 +193,11 @@ impl ObjectSymbols {
         if header.e_type(endian) == elf::ET_REL {
             bail!("{shown} is a relocatable object (.o): probe the linked executable or library");
         }
-        let is_go = elf.section_by_name(".note.go.buildid").is_some()
-            || elf.section_by_name(".go.buildinfo").is_some();
         let has_symtab = !elf.elf_symbol_table().is_empty();
+        let is_go = [".note.go.buildid", ".go.buildinfo", ".gopclntab"]
+            .iter()
+            .any(|s| elf.section_by_name(s).is_some())
+            || defines_go_runtime(&elf);
         let build_id_bytes = elf.build_id().ok().flatten();
         let build_id = build_id_bytes.map(debuginfo::hex);
         // (vaddr, filesz, offset) of the PT_LOAD segments.
@@ -222,6 +231,24 @@ impl ObjectSymbols {
                 from_debug: false,
             };
             gather(&source, endian, is_go, &file_offset, &mut gathered);
+        }
+        // Go: the runtime's own function table says which functions are Go (the others are
+        // cgo's C), and names them all when the symbol table is gone.
+        let mut go_note = None;
+        let mut go_starts = None;
+        let mut from_pclntab = false;
+        if is_go {
+            match gopclntab::functions(&elf) {
+                Ok(funcs) => {
+                    if !has_symtab {
+                        from_pclntab = true;
+                        add_go_functions(&funcs, &file_offset, &mut gathered);
+                    }
+                    go_starts = Some(funcs.iter().map(|f| f.start).collect::<HashSet<u64>>());
+                }
+                Err(e) if !has_symtab => go_note = Some(format!("{e:#}")),
+                Err(_) => {}
+            }
         }
         let lookup = find_debug(build_id_bytes, debuginfo::debuglink(&elf).as_ref());
         let mut debug_notes = lookup.notes;
@@ -277,7 +304,12 @@ impl ObjectSymbols {
                     });
                 }
             }
-            let language = language_of(&names[0].mangled, is_go);
+            let mut language = language_of(&names[0].mangled, is_go);
+            if language == Language::Go && go_starts.as_ref().is_some_and(|s| !s.contains(&address))
+            {
+                // In a Go binary but not in Go's function table: cgo's C code.
+                language = Language::C;
+            }
             let file_offset = file_offset(address).unwrap_or(0);
             functions.push(Function {
                 names,
@@ -296,6 +328,8 @@ impl ObjectSymbols {
             path: path.to_path_buf(),
             build_id,
             is_go,
+            from_pclntab,
+            go_note,
             has_symtab,
             functions,
             fragments,
@@ -322,6 +356,14 @@ impl ObjectSymbols {
         let start = usize::try_from(file_offset).ok()?;
         let end = start.checked_add(usize::try_from(len).ok()?)?;
         self.data.get(start..end)
+    }
+
+    /// The function that starts at `address`, if any.
+    pub fn function_at(&self, address: u64) -> Option<&Function> {
+        self.functions
+            .binary_search_by_key(&address, |f| f.address)
+            .ok()
+            .map(|i| &self.functions[i])
     }
 
     /// The `.cold` fragments split off `f` (GCC's hot/cold splitting): code of the same frame.
@@ -416,6 +458,46 @@ fn gather(
             global,
             from_debug: source.from_debug,
             size,
+        });
+    }
+}
+
+/// Whether `elf`'s symbol table defines the Go runtime's `runtime.main` and `runtime.goexit`
+/// (a Go binary whose Go sections were renamed or dropped).
+fn defines_go_runtime(elf: &ElfFile64<'_, Endianness>) -> bool {
+    let mut found = [false; 2];
+    for sym in elf.symbols() {
+        match sym.name() {
+            Ok("runtime.main") => found[0] = true,
+            Ok("runtime.goexit") | Ok("runtime.goexit.abi0") => found[1] = true,
+            _ => {}
+        }
+        if found == [true, true] {
+            return true;
+        }
+    }
+    false
+}
+
+/// Adds the functions of a Go binary's `.gopclntab` (its symbol table is gone).
+fn add_go_functions(
+    funcs: &[gopclntab::GoFunc],
+    file_offset: &dyn Fn(u64) -> Option<u64>,
+    acc: &mut Gathered,
+) {
+    for f in funcs {
+        if file_offset(f.start).is_none() || f.name.is_empty() {
+            continue;
+        }
+        acc.by_addr.entry(f.start).or_default().push(Raw {
+            // The linker writes `·` (in closures' and generated functions' names) as `.` into
+            // the symbol table: the same names whether a binary is stripped or not.
+            name: f.name.replace('·', "."),
+            versioned: false,
+            dynamic: false,
+            global: true,
+            from_debug: false,
+            size: f.end - f.start,
         });
     }
 }
