@@ -211,17 +211,20 @@ fn check_split(run: &crate::model::Run, phase: &str, path: &std::path::Path) -> 
         None => "it was recorded without --split-by".to_string(),
     };
     let names: Vec<&str> = run.phases.iter().map(|p| p.name.as_str()).collect();
-    let unknown = if names.contains(&phase) {
-        String::new()
+    let text = if names.contains(&phase) {
+        format!(
+            "{} is not split by {phase}: {why}; the two trees need every root call's spans, \
+             which the JSON does not keep: record the run again with --split-by {phase}",
+            path.display()
+        )
     } else {
-        format!(" (and it has no phase '{phase}'; its phases: {})", names.join(", "))
+        format!(
+            "{} has no phase '{phase}' to split by; its phases: {}",
+            path.display(),
+            names.join(", ")
+        )
     };
-    Err(WprofError::Usage(format!(
-        "{} is not split by {phase}: {why}{unknown}; the two trees need every root call's \
-         spans, which the JSON does not keep: record the run again with --split-by {phase}",
-        path.display()
-    ))
-    .into())
+    Err(WprofError::Usage(text).into())
 }
 
 /// `wprof report RUN.json`: re-renders a saved run.
