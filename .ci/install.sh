@@ -8,7 +8,8 @@ TC=nightly-2026-10-29          # keep in sync with rust-toolchain.toml
 BPF_LINKER_VERSION=0.13.0
 APT_PACKAGES=(curl ca-certificates build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils
               libprotobuf-dev protobuf-compiler libzstd-dev libpq-dev    # the PAX fixture
-              qemu-system-x86 busybox-static)                             # vagrant/kernel-matrix.sh
+              qemu-system-x86 busybox-static                              # vagrant/kernel-matrix.sh
+              clang libclang-dev postgresql-server-dev-15)                # the pgrx fixture (bindgen)
 
 log() { printf '[install %s] %s\n' "$(date +%T)" "$*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -51,6 +52,31 @@ ln -sf "$S/$L" "$P/lib/$L"
 if ! "$CARGO_BIN/bpf-linker" --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
   log "bpf-linker $BPF_LINKER_VERSION"
   LLVM_PREFIX=$P cargo +$TC install bpf-linker --version "$BPF_LINKER_VERSION" --locked --quiet
+fi
+
+# The pgrx fixture (tests/fixtures/pgrx_refresh): cargo-pgrx built with a *stable* toolchain,
+# as real pgrx extensions are (stable mangles legacy, nightly v0), in a cache dir of its own so
+# the project's pinned nightly and a user's own ~/.pgrx are left alone. Cold: ~9 minutes
+# (8.8 measured here with empty caches; facts.md saw 13), then 0.
+# tests/fixtures/pgrx_refresh/build.sh reads the same variables (keep in sync).
+PGRX_VERSION=0.18.1            # 0.19.x needs rustc >= 1.96
+PGRX_TC=1.95.0                 # the stable toolchain the fixture is built with
+PGRX_CACHE=$HOME/.cache/wprof-pgrx
+if ! rustup run "$PGRX_TC" rustc --version >/dev/null 2>&1; then
+  log "rust $PGRX_TC (stable, for pgrx)"
+  rustup toolchain install "$PGRX_TC" --profile minimal --no-self-update
+fi
+if ! "$PGRX_CACHE/cargo/bin/cargo-pgrx" pgrx --version 2>/dev/null | grep -qw "$PGRX_VERSION"; then
+  log "cargo-pgrx $PGRX_VERSION with rust $PGRX_TC (~9-13 minutes, once)"
+  (cd "$HOME" && cargo "+$PGRX_TC" install cargo-pgrx --version "$PGRX_VERSION" --locked --quiet \
+      --root "$PGRX_CACHE/cargo")
+fi
+PG15_CONFIG=/usr/lib/postgresql/15/bin/pg_config
+if ! grep -qs "pg15 = \"$PG15_CONFIG\"" "$PGRX_CACHE/pgrx-home/config.toml"; then
+  log "cargo pgrx init --pg15"
+  mkdir -p "$PGRX_CACHE/pgrx-home"
+  (cd "$HOME" && PATH=$PGRX_CACHE/cargo/bin:$PATH PGRX_HOME=$PGRX_CACHE/pgrx-home \
+      cargo "+$PGRX_TC" pgrx init --pg15 "$PG15_CONFIG" >/dev/null)
 fi
 
 if ! mountpoint -q /sys/kernel/tracing; then

@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./.ci/install.sh
 export PATH=${CARGO_HOME:-$HOME/.cargo}/bin:$PATH
+# The pgrx fixture extension (cached; ~5 minutes cold, legacy and v0 manglings): built here so
+# its time shows; tests/pgrx.rs runs the same script, which is then a no-op.
+tests/fixtures/pgrx_refresh/build.sh target/pgrx-fixture
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 cargo test --release -- --test-threads=2

@@ -20,6 +20,14 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("ao", include_str!("../attach-profiles/ao.toml")),
     ("aoco", include_str!("../attach-profiles/aoco.toml")),
     ("pax", include_str!("../attach-profiles/pax.toml")),
+    (
+        "pgrx-merge",
+        include_str!("../attach-profiles/pgrx-merge.toml"),
+    ),
+    (
+        "pg-trickle",
+        include_str!("../attach-profiles/pg-trickle.toml"),
+    ),
     ("tsdb", include_str!("../attach-profiles/tsdb.toml")),
     (
         "parquet-go",

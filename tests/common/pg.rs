@@ -149,6 +149,18 @@ impl Pg {
         std::fs::read_to_string(self.log()).unwrap_or_default()
     }
 
+    /// Copies a shared library (an extension's .so) into the cluster's directory, where the
+    /// server (user `postgres`) can read it, and returns its path there: load it with
+    /// `CREATE FUNCTION ... AS 'PATH', 'symbol' LANGUAGE C`, nothing is installed into /usr.
+    pub fn install_library(&self, so: &Path) -> PathBuf {
+        let dir = self.dir().join("lib");
+        std::fs::create_dir_all(&dir).expect("library dir");
+        let dest = dir.join(so.file_name().expect("a file name"));
+        std::fs::copy(so, &dest)
+            .unwrap_or_else(|e| panic!("copy {} to {}: {e}", so.display(), dest.display()));
+        dest
+    }
+
     /// A libpq connection string for this cluster.
     pub fn conninfo(&self) -> String {
         format!(

@@ -1,0 +1,594 @@
+//! The built-in `pgrx-merge` profile against a real pgrx extension in a real PostgreSQL 15
+//! backend: tests/fixtures/pgrx_refresh, built by its build.sh with cargo-pgrx 0.18.1 and
+//! stable Rust (legacy mangling) and again with v0 mangling. Its `refresh()` runs a
+//! pg_trickle-style cycle (decision, generate + build, a real MERGE through SPI, cleanup) and
+//! reports its own per-phase times in pg_trickle's `[PGS_PROFILE]` line: the ground truth.
+//!
+//! - the tree of N refresh cycles: the four phases under the `_wrapper` entry point, N of each,
+//!   SPI statements under the phases that ran them and planning apart from execution under
+//!   them, with exact counts; each phase's corrected time within 5% of the extension's;
+//! - the per-cycle CSV (`--events`): one row per refresh;
+//! - an ERROR inside Rust (raised by PostgreSQL under SPI, or by Rust itself), which pgrx turns
+//!   into a panic unwinding through probed frames: the backend lives on, the tree counts the
+//!   abandoned calls and nothing else is off;
+//! - the v0-mangled build: the same profile resolves every phase, and traces it the same way.
+//!
+//! Needs root (BPF), PostgreSQL 15 and what .ci/install.sh installs for pgrx; without them the
+//! tests are skipped, unless WPROF_REQUIRE_BPF=1 (CI), where that is a failure.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use common::pg::{self, Pg, Session};
+use common::*;
+use serde_json::Value;
+
+/// The fixture's source directory.
+fn fixture_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/pgrx_refresh")
+}
+
+/// Builds both variants once per test binary (cached under target/pgrx-fixture: seconds when
+/// up to date, ~5 minutes cold); None when cargo-pgrx is not installed (build.sh exit 3) and
+/// that is allowed to skip.
+fn built() -> Option<&'static Path> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/pgrx-fixture");
+        let out = Command::new("bash")
+            .arg(fixture_src().join("build.sh"))
+            .arg(&dir)
+            .output()
+            .expect("run tests/fixtures/pgrx_refresh/build.sh");
+        if out.status.code() == Some(3) {
+            wprof::testing::require(
+                false,
+                "cargo-pgrx 0.18.1 (.ci/install.sh installs it under ~/.cache/wprof-pgrx)",
+            );
+            return None;
+        }
+        assert!(
+            out.status.success(),
+            "the pgrx fixture build failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Some(dir)
+    })
+    .as_deref()
+}
+
+/// The skip rule and the lock: BPF, PostgreSQL 15 and the built fixture, or None.
+fn ready() -> Option<(std::sync::MutexGuard<'static, ()>, &'static Path)> {
+    if !(bpf_available() && pg::available()) {
+        return None;
+    }
+    let dir = built()?;
+    Some((bpf_lock(), dir))
+}
+
+/// A cluster with the extension's functions (from `variant`'s .so) and the fixture's tables,
+/// one session that already ran a cycle (the library is loaded, the caches warm).
+fn server_with_extension(variant: &Path) -> (Pg, Session) {
+    let pg = Pg::start();
+    let so = pg.install_library(&variant.join("pgrx_refresh.so"));
+    let functions = std::fs::read_to_string(variant.join("pgrx_refresh.sql"))
+        .expect("read pgrx_refresh.sql")
+        .replace("MODULE_PATHNAME", &so.to_string_lossy());
+    let schema = std::fs::read_to_string(fixture_src().join("schema.sql")).expect("schema.sql");
+    pg.psql(&functions);
+    pg.psql(&schema);
+    let mut s = pg.session();
+    s.ok("SELECT cycle_changes(0);");
+    let out = s.ok("SELECT refresh('st_src');");
+    profile_line(&out);
+    (pg, s)
+}
+
+/// A running `wprof attach` whose stderr is kept.
+struct Attach {
+    child: Child,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Attach {
+    /// `wprof attach --target pgrx-merge --pid PID ARGS`, once its probes are live.
+    fn start(pid: u32, args: &[&str]) -> Attach {
+        let mut child = wprof()
+            .args([
+                "attach",
+                "--target",
+                "pgrx-merge",
+                "--pid",
+                &pid.to_string(),
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start wprof");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let reader = BufReader::new(child.stderr.take().expect("stderr"));
+        let keep = stderr.clone();
+        std::thread::spawn(move || {
+            for line in reader.lines() {
+                let Ok(line) = line else { break };
+                if line.contains("wprof: attached") {
+                    let _ = tx.send(());
+                }
+                keep.lock().unwrap().push_str(&(line + "\n"));
+            }
+        });
+        if rx.recv_timeout(Duration::from_secs(90)).is_err() {
+            let _ = child.kill();
+            panic!("wprof did not attach:\n{}", stderr.lock().unwrap());
+        }
+        Attach { child, stderr }
+    }
+
+    /// SIGINT, then (stdout, stderr); wprof must exit 0.
+    fn stop(mut self) -> (String, String) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.child.try_wait().expect("wait").is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("wprof did not end:\n{}", self.stderr.lock().unwrap());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = self.child.wait_with_output().expect("wprof output");
+        std::thread::sleep(Duration::from_millis(100));
+        let err = self.stderr.lock().unwrap().clone();
+        assert!(
+            out.status.success(),
+            "wprof exited {:?}:\n{err}",
+            out.status
+        );
+        (String::from_utf8_lossy(&out.stdout).into_owned(), err)
+    }
+}
+
+/// The extension's `[PGS_PROFILE]` line among a statement's output, as key → value (`ms`
+/// figures in ns, the rest as they are).
+fn profile_line(out: &[String]) -> BTreeMap<String, String> {
+    let line = out
+        .iter()
+        .find_map(|l| l.split_once("[PGS_PROFILE] ").map(|(_, rest)| rest))
+        .unwrap_or_else(|| panic!("no [PGS_PROFILE] line in {out:?}"));
+    line.split_whitespace()
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("key=value");
+            let v = match v.strip_suffix("ms") {
+                Some(ms) => format!("{:.0}", ms.parse::<f64>().expect("ms figure") * 1e6),
+                None => v.to_string(),
+            };
+            (k.to_string(), v)
+        })
+        .collect()
+}
+
+fn ns(line: &BTreeMap<String, String>, key: &str) -> u64 {
+    line[key].parse().expect("ns")
+}
+
+/// A node by path of phase names from a root, or a panic showing the tree.
+fn at<'a>(run: &'a Value, path: &[&str]) -> &'a Value {
+    node(run, path)
+}
+
+/// Every path of the tree (names joined by '/') with its completed and abandoned calls.
+fn shape(run: &Value) -> BTreeMap<String, (u64, u64)> {
+    fn walk(n: &Value, path: &str, out: &mut BTreeMap<String, (u64, u64)>) {
+        let p = if path.is_empty() {
+            n["name"].as_str().unwrap_or("?").to_string()
+        } else {
+            format!("{path}/{}", n["name"].as_str().unwrap_or("?"))
+        };
+        out.insert(p.clone(), (u(n, "count"), u(n, "abandoned")));
+        for c in n["children"].as_array().into_iter().flatten() {
+            walk(c, &p, out);
+        }
+    }
+    let mut out = BTreeMap::new();
+    for r in run["tree"]["roots"].as_array().into_iter().flatten() {
+        walk(r, "", &mut out);
+    }
+    out
+}
+
+/// The tree N good refresh cycles must give: path → (completed, abandoned). The decision
+/// makes 3 SPI statements (the catalog row, the pending changes, the threshold), the cleanup
+/// 2 (the DELETE, the frontier), the MERGE one; each is planned and run.
+fn cycle_shape(n: u64) -> BTreeMap<String, (u64, u64)> {
+    let mut want = BTreeMap::new();
+    want.insert("refresh".to_string(), (n, 0));
+    want.insert("refresh/generate_build".to_string(), (n, 0));
+    for (phase, statements) in [("decision", 3), ("merge", 1), ("cleanup", 2)] {
+        want.insert(format!("refresh/{phase}"), (n, 0));
+        for leaf in [
+            "spi_execute",
+            "spi_execute/planning",
+            "spi_execute/executor_run",
+        ] {
+            want.insert(format!("refresh/{phase}/{leaf}"), (statements * n, 0));
+        }
+    }
+    want
+}
+
+/// The stream table holds exactly the source's rows (the MERGEs were right).
+fn assert_stream_table_in_sync(s: &mut Session) {
+    let diff = s.ok(
+        "SELECT (SELECT count(*) FROM (SELECT * FROM src EXCEPT SELECT * FROM st_src) a) \
+         + (SELECT count(*) FROM (SELECT * FROM st_src EXCEPT SELECT * FROM src) b);",
+    );
+    assert_eq!(diff, vec!["0"], "st_src differs from src");
+}
+
+const CYCLES: u64 = 40;
+
+#[test]
+fn a_refresh_cycle_is_four_phases_matching_the_extensions_own_timers() {
+    let Some((_g, dir)) = ready() else { return };
+    let (pg, mut s) = server_with_extension(&dir.join("legacy"));
+    let out = tempdir();
+    let json = out.path().join("run.json");
+    let csv = out.path().join("cycles.csv");
+    let w = Attach::start(
+        s.backend_pid,
+        &[
+            "--json",
+            json.to_str().expect("utf-8"),
+            "--events",
+            csv.to_str().expect("utf-8"),
+        ],
+    );
+    let mut truth: Vec<BTreeMap<String, String>> = Vec::new();
+    for c in 1..=CYCLES {
+        s.ok(&format!("SELECT cycle_changes({c});"));
+        let line = profile_line(&s.ok("SELECT refresh('st_src');"));
+        assert_eq!(line["mode"], "INCR", "{line:?}");
+        assert!(
+            line["affected"].parse::<u64>().expect("affected") > 200,
+            "{line:?}"
+        );
+        truth.push(line);
+    }
+    let (_, stderr) = w.stop();
+    assert_stream_table_in_sync(&mut s);
+    let run = read_json(&json);
+    let sum = summary(&run);
+
+    // The shape, exactly: one root, these paths, these counts, nothing abandoned or lost.
+    assert_eq!(shape(&run), cycle_shape(CYCLES), "{sum}\n{stderr}");
+    let c = &run["counters"];
+    for k in [
+        "lost_spans",
+        "orphan_spans",
+        "unmatched_returns",
+        "abandoned",
+        "open_at_end",
+    ] {
+        assert_eq!(u(c, k), 0, "counter {k}\n{sum}");
+    }
+    // Rust phases got RET-site returns, the server's C functions uretprobes.
+    for p in run["phases"].as_array().expect("phases") {
+        let rust = p["object"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("pgrx_refresh.so");
+        let want = if rust { "ret-sites" } else { "uretprobe" };
+        assert_eq!(p["return_mode"], want, "{p}");
+    }
+
+    // Per phase, wprof's corrected total against the sum of the extension's own timers (each
+    // phase timed from its first statement to its last, in the same calls): within 5%.
+    let mut table =
+        String::from("phase            extension ms   wprof corrected ms   raw ms   diff\n");
+    let mut worst = 0.0f64;
+    for (phase, key) in [
+        ("decision", "decision"),
+        ("generate_build", "generate+build"),
+        ("merge", "merge_exec"),
+        ("cleanup", "cleanup_enqueue"),
+    ] {
+        let want: u64 = truth.iter().map(|l| ns(l, key)).sum();
+        let n = at(&run, &["refresh", phase]);
+        let corrected = n
+            .get("corrected")
+            .unwrap_or_else(|| panic!("no corrected figures: was the run calibrated?\n{n}"));
+        let got = u(corrected, "total_ns");
+        let diff = (got as f64 - want as f64) / want as f64;
+        worst = worst.max(diff.abs());
+        table.push_str(&format!(
+            "{phase:<16} {:>12.3} {:>20.3} {:>8.3} {:>+6.2}%\n",
+            want as f64 / 1e6,
+            got as f64 / 1e6,
+            u(n, "total_ns") as f64 / 1e6,
+            diff * 100.0
+        ));
+    }
+    eprintln!("{table}");
+    assert!(
+        worst <= 0.05,
+        "a phase is off by more than 5%:\n{table}\n{sum}"
+    );
+
+    // The per-cycle CSV: one row per refresh, the root's columns and each phase's call count;
+    // row by row, the MERGE's time is the one the extension measured in that cycle.
+    let text = std::fs::read_to_string(&csv).expect("read the CSV");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
+    };
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len() as u64, CYCLES, "{text}");
+    for (row, t) in rows.iter().zip(&truth) {
+        assert_eq!(row[col("root")], "refresh", "{row:?}");
+        for (phase, calls) in [
+            ("decision", "1"),
+            ("generate_build", "1"),
+            ("merge", "1"),
+            ("cleanup", "1"),
+            ("spi_execute", "6"),
+            ("planning", "6"),
+            ("executor_run", "6"),
+        ] {
+            assert_eq!(
+                row[col(&format!("{phase}_calls"))],
+                calls,
+                "{phase}: {row:?}"
+            );
+        }
+        let merge_ns = row[col("merge_us")].parse::<f64>().expect("merge_us") * 1e3;
+        let want = ns(t, "merge_exec") as f64;
+        assert!(
+            (merge_ns - want).abs() <= 0.10 * want + 50_000.0,
+            "cycle's merge {merge_ns} ns, the extension said {want} ns: {row:?}"
+        );
+    }
+    drop(pg);
+}
+
+#[test]
+fn an_error_inside_rust_leaves_the_backend_alive_and_the_tree_consistent() {
+    let Some((_g, dir)) = ready() else { return };
+    let (pg, mut s) = server_with_extension(&dir.join("legacy"));
+    let backend = s.backend_pid;
+    let out = tempdir();
+    let json = out.path().join("run.json");
+    let w = Attach::start(backend, &["--json", json.to_str().expect("utf-8")]);
+    let mut c = 0;
+    let mut good = |s: &mut Session| {
+        c += 1;
+        s.ok(&format!("SELECT cycle_changes({c});"));
+        profile_line(&s.ok("SELECT refresh('st_src');"));
+    };
+    good(&mut s);
+    // PostgreSQL raises the ERROR under SPI (the MERGE sees every row twice); pgrx turns it
+    // into a panic that unwinds through execute_merge and execute_differential_refresh.
+    s.ok("SELECT cycle_changes(100);");
+    let err = s.exec("SELECT refresh('st_src', fail => 'merge');");
+    assert!(
+        err.iter()
+            .any(|l| l.contains("ERROR")
+                && l.contains("MERGE command cannot affect row a second time")),
+        "{err:?}"
+    );
+    // The same backend answers, and the next refresh applies the changes left pending.
+    assert_eq!(s.ok("SELECT pg_backend_pid();"), vec![backend.to_string()]);
+    good(&mut s);
+    // Rust raises it (pgrx::error! is a panic) inside build_merge_sql.
+    s.ok("SELECT cycle_changes(101);");
+    let err = s.exec("SELECT refresh('st_src', fail => 'build');");
+    assert!(
+        err.iter()
+            .any(|l| l.contains("ERROR") && l.contains("build_merge_sql refused")),
+        "{err:?}"
+    );
+    assert_eq!(s.ok("SELECT pg_backend_pid();"), vec![backend.to_string()]);
+    good(&mut s);
+    let (_, stderr) = w.stop();
+    assert_stream_table_in_sync(&mut s);
+    let log = pg.server_log();
+    assert!(
+        !log.contains("terminated by signal") && !log.contains("server process"),
+        "a backend died:\n{log}"
+    );
+
+    let run = read_json(&json);
+    let sum = summary(&run);
+    // 5 refreshes, 3 completed; the failing MERGE's frames (C ones left by longjmp, Rust ones
+    // by the panic) and the failing build are abandoned, counted, and nothing else is off.
+    let mut want = cycle_shape(3);
+    let mut set = |path: &str, count: u64, abandoned: u64| {
+        want.insert(path.to_string(), (count, abandoned));
+    };
+    set("refresh", 3, 2);
+    set("refresh/decision", 5, 0);
+    set("refresh/decision/spi_execute", 15, 0);
+    set("refresh/decision/spi_execute/planning", 15, 0);
+    set("refresh/decision/spi_execute/executor_run", 15, 0);
+    set("refresh/generate_build", 4, 1);
+    set("refresh/merge", 3, 1);
+    set("refresh/merge/spi_execute", 3, 1);
+    set("refresh/merge/spi_execute/planning", 4, 0);
+    set("refresh/merge/spi_execute/executor_run", 3, 1);
+    assert_eq!(shape(&run), want, "{sum}\n{stderr}");
+    let c = &run["counters"];
+    assert_eq!(
+        (
+            u(c, "abandoned"),
+            u(c, "unmatched_returns"),
+            u(c, "orphan_spans"),
+            u(c, "lost_spans"),
+            u(c, "open_at_end")
+        ),
+        (6, 0, 0, 0, 0),
+        "{sum}"
+    );
+}
+
+/// The mangled names of two of the fixture's Rust phase functions in a build (closures
+/// inside them, `build_merge_sql::{{closure}}`, left out).
+fn rust_phase_symbols(so: &Path) -> Vec<String> {
+    use object::{Object, ObjectSymbol};
+    let data = std::fs::read(so).expect("read the .so");
+    let file = object::File::parse(&*data).expect("parse the .so");
+    file.symbols()
+        .filter_map(|s| s.name().ok().map(str::to_string))
+        .filter(|n| {
+            let path = wprof::resolve::demangle::demangle(n);
+            path.ends_with("::refresh::merge::execute_merge")
+                || path.ends_with("::refresh::codegen::build_merge_sql")
+        })
+        .collect()
+}
+
+#[test]
+fn the_same_profile_resolves_and_traces_the_v0_mangled_build() {
+    let Some((_g, dir)) = ready() else { return };
+    // Two manglings of the same functions: legacy (stable's default, hash suffix) and v0.
+    let legacy = rust_phase_symbols(&dir.join("legacy/pgrx_refresh.so"));
+    let v0 = rust_phase_symbols(&dir.join("v0/pgrx_refresh.so"));
+    assert_eq!(legacy.len(), 2, "{legacy:?}");
+    assert_eq!(v0.len(), 2, "{v0:?}");
+    assert!(
+        legacy
+            .iter()
+            .all(|n| n.starts_with("_ZN") && n.contains("17h")),
+        "{legacy:?}"
+    );
+    assert!(v0.iter().all(|n| n.starts_with("_R")), "{v0:?}");
+
+    // `wprof probes` against the server binary, the extension found in LD_LIBRARY_PATH (as
+    // the loader would): every phase resolves in both builds, the Rust ones with RET sites.
+    for variant in ["legacy", "v0"] {
+        let o = run(wprof()
+            .args(["probes", "--target", "pgrx-merge", "--binary"])
+            .arg(pg::postgres_binary())
+            .env("LD_LIBRARY_PATH", dir.join(variant)));
+        assert!(o.status.success(), "{variant}: {}", text(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        let profile = wprof::profile::Profile::load("pgrx-merge").expect("pgrx-merge");
+        for p in &profile.phases {
+            let line = stdout
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(p.name.as_str()))
+                .unwrap_or_else(|| panic!("{variant}: no row for {}:\n{stdout}", p.name));
+            assert!(line.ends_with("resolved"), "{variant}: {line}");
+            if line.contains("pgrx_refresh.so") {
+                assert!(line.contains("ret-sites"), "{variant}: {line}");
+            }
+        }
+    }
+
+    // And a real run on the v0 build: the same tree.
+    let (_pg, mut s) = server_with_extension(&dir.join("v0"));
+    let out = tempdir();
+    let json = out.path().join("run.json");
+    let w = Attach::start(s.backend_pid, &["--json", json.to_str().expect("utf-8")]);
+    for c in 1..=5 {
+        s.ok(&format!("SELECT cycle_changes({c});"));
+        profile_line(&s.ok("SELECT refresh('st_src');"));
+    }
+    let (_, stderr) = w.stop();
+    assert_stream_table_in_sync(&mut s);
+    let run = read_json(&json);
+    assert_eq!(shape(&run), cycle_shape(5), "{}\n{stderr}", summary(&run));
+    let merge = run["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .find(|p| p["name"] == "merge")
+        .expect("merge phase");
+    assert!(
+        merge["object"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with("pgrx_refresh.so")
+            && merge["symbols"][0]
+                .as_str()
+                .is_some_and(|s| s.starts_with("_R")),
+        "{merge}"
+    );
+}
+
+/// pg_trickle itself needs PostgreSQL 18 and cannot be built here: its profile must parse,
+/// say so, and carry pg_trickle's names; its crate-independent patterns (`*::`) resolve in
+/// the fixture, whose functions have the same module paths, under pg_trickle's file name.
+#[test]
+fn the_pg_trickle_profile_parses_says_it_is_untested_and_matches_pg_trickles_paths() {
+    let p = wprof::profile::Profile::load("pg-trickle").expect("pg-trickle parses");
+    assert!(p.description.contains("PostgreSQL 18"), "{}", p.description);
+    assert_eq!(p.object, "pg_trickle.so");
+    let symbols: Vec<&str> = p
+        .phases
+        .iter()
+        .filter_map(|ph| ph.symbol.as_deref())
+        .collect();
+    for want in [
+        "refresh_stream_table_wrapper",
+        "*::refresh::merge::execute_differential_refresh",
+        "*::refresh::orchestrator::determine_refresh_action",
+        "*::refresh::codegen::drain_pending_cleanups",
+        "*::refresh::codegen::cleanup_change_buffers_by_frontier",
+        "*::cdc::count_pending_changes",
+        "*::dvm::generate_delta_query",
+        "*::dvm::generate_delta_query_cached",
+        "*::refresh::codegen::build_merge_sql",
+        "SPI_execute",
+        "pg_plan_queries",
+        "standard_ExecutorRun",
+    ] {
+        assert!(symbols.contains(&want), "no phase for {want}: {symbols:?}");
+    }
+
+    let Some(dir) = (pg::available()).then(built).flatten() else {
+        return;
+    };
+    for variant in ["legacy", "v0"] {
+        let lib = tempdir();
+        std::fs::copy(
+            dir.join(variant).join("pgrx_refresh.so"),
+            lib.path().join("pg_trickle.so"),
+        )
+        .expect("copy");
+        let o = run(wprof()
+            .args(["probes", "--target", "pg-trickle", "--binary"])
+            .arg(pg::postgres_binary())
+            .env("LD_LIBRARY_PATH", lib.path()));
+        // The fixture has no refresh_stream_table_wrapper, drain_pending_cleanups or cached
+        // delta generator: optional phases, so a warning each and exit 0.
+        assert!(o.status.success(), "{variant}: {}", text(&o));
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        for phase in [
+            "differential",
+            "determine_action",
+            "cleanup_by_frontier",
+            "count_pending_changes",
+            "generate_delta_query",
+            "build_merge_sql",
+            "spi_execute",
+        ] {
+            let line = stdout
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(phase))
+                .unwrap_or_else(|| panic!("{variant}: no row for {phase}:\n{stdout}"));
+            assert!(line.ends_with("resolved"), "{variant}: {line}");
+        }
+    }
+}
