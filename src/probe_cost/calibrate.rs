@@ -14,7 +14,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use wprof_common::{EventKind, MAX_PHASES};
+use wprof_common::{Event, EventKind, StackEvent, MAX_PHASES};
 
 use super::targets::{self, Start, Target, CHILD_ARG};
 use super::ClassCost;
@@ -42,21 +42,48 @@ pub struct Measured {
     pub elapsed_ms: f64,
 }
 
+/// Where a calibration made while a run goes on sends the run's own records it reads.
+pub struct Forward<'a> {
+    /// Spans, node definitions, forks.
+    pub events: &'a mut dyn FnMut(&Event),
+    /// CPU samples and off-CPU records.
+    pub stacks: &'a mut dyn FnMut(&StackEvent),
+}
+
 /// Measures the probe costs of the `wanted` combinations (entry class, uretprobe) with
 /// `tracer`'s programs, reading spans from `collector`. `ring_bytes` bounds the calls per
-/// round so no span is lost to a small ring buffer.
+/// round so no span is lost to a small ring buffer. Before a run (`forward` None) the
+/// counters are zeroed after it; at the end of one, the run's records read meanwhile go to
+/// `forward` and the counters stay.
 pub fn calibrate(
     tracer: &mut Tracer,
     collector: &mut Collector,
     ring_bytes: u32,
     wanted: &[(CostClass, bool)],
+    forward: Option<Forward<'_>>,
 ) -> Result<Measured> {
     let t0 = Instant::now();
     let mut child = CalibrationChild::start()?;
-    let result = measure(tracer, collector, ring_bytes, wanted, &mut child);
+    let before_run = forward.is_none();
+    let result = match forward {
+        Some(f) => measure(
+            tracer, collector, ring_bytes, wanted, &mut child, f.events, f.stacks,
+        ),
+        None => measure(
+            tracer,
+            collector,
+            ring_bytes,
+            wanted,
+            &mut child,
+            &mut |_| {},
+            &mut |_| {},
+        ),
+    };
     child.stop();
-    // Spans of the calibration lost to a small ring are not the run's.
-    tracer.reset_counters()?;
+    if before_run {
+        // Spans of the calibration lost to a small ring are not the run's.
+        tracer.reset_counters()?;
+    }
     let (classes, calls) = result?;
     Ok(Measured {
         classes,
@@ -76,6 +103,8 @@ fn measure(
     ring_bytes: u32,
     wanted: &[(CostClass, bool)],
     child: &mut CalibrationChild,
+    fwd_events: &mut dyn FnMut(&Event),
+    fwd_stacks: &mut dyn FnMut(&StackEvent),
 ) -> Result<(Vec<ClassCost>, u64)> {
     let targets = targets::targets();
     let used: Vec<bool> = targets
@@ -132,18 +161,27 @@ fn measure(
     });
     let mut rounds: Vec<Vec<f64>> = Vec::new();
     let mut spans: Vec<Vec<u64>> = vec![Vec::new(); targets.len()];
-    // The first round's spans are not used: drop them.
-    collector.drain(|_| {}, |_| {});
+    // The first round's spans are not used.
+    collector.drain(
+        |ev| {
+            if !is_calibration(ev) {
+                fwd_events(ev)
+            }
+        },
+        &mut *fwd_stacks,
+    );
     for _ in 0..ROUNDS {
         rounds.push(child.run(&calls)?);
         collector.drain(
             |ev| {
                 let i = ev.phase.wrapping_sub(FIRST_ID) as usize;
-                if ev.kind == EventKind::Span as u32 && i < spans.len() {
+                if !is_calibration(ev) {
+                    fwd_events(ev);
+                } else if ev.kind == EventKind::Span as u32 && i < spans.len() {
                     spans[i].push(ev.dur_ns);
                 }
             },
-            |_| {},
+            &mut *fwd_stacks,
         );
     }
     let classes = targets
@@ -162,6 +200,13 @@ fn measure(
         bail!("no span of the calibration functions reached wprof");
     }
     Ok((classes, calls.into_iter().max().unwrap_or(0)))
+}
+
+/// Whether a record is the calibration's (its spans and node definitions; forks and
+/// loader notices of the run carry phase 0).
+fn is_calibration(ev: &Event) -> bool {
+    (ev.kind == EventKind::Span as u32 || ev.kind == EventKind::NodeDef as u32)
+        && ev.phase >= FIRST_ID
 }
 
 fn class_of(start: Start) -> CostClass {

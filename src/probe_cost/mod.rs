@@ -7,7 +7,7 @@
 mod calibrate;
 pub mod targets;
 
-pub use calibrate::{calibrate, Measured};
+pub use calibrate::{calibrate, Forward, Measured};
 
 use crate::profile::ReturnMode;
 use crate::resolve::{CostClass, ResolvedPhase};
@@ -87,6 +87,8 @@ pub struct PhaseCosts {
     pub own_ns: f64,
     /// Uncertainty of `pair_ns` per call, ns.
     pub error_ns: f64,
+    /// The calibrated combination these come from: entry class and uretprobe.
+    pub class: Option<(CostClass, bool)>,
 }
 
 /// Calibrated costs of a phase: the combination of its entry class and return mode. Kernel
@@ -106,6 +108,7 @@ pub fn phase_costs(classes: &[ClassCost], phase: &ResolvedPhase) -> PhaseCosts {
             pair_ns: c.pair_ns,
             own_ns: c.own_ns,
             error_ns: c.error_ns,
+            class: Some((c.entry, c.uretprobe)),
         })
         .unwrap_or_default()
 }

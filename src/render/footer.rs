@@ -51,27 +51,34 @@ fn write_units(run: &Run, out: &mut String) {
 /// The calibration the run corrected with: per class its pair cost, the part inside a call,
 /// and the error; only the classes the run's phases use.
 fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String) {
-    let used: Vec<String> = c
+    let used = |k: &crate::probe_cost::ClassCost| {
+        let (class, mode) = (
+            crate::probe_cost::class_name(k.entry),
+            if k.uretprobe {
+                "uretprobe"
+            } else {
+                "ret-sites"
+            },
+        );
+        run.phases
+            .iter()
+            .any(|p| p.entry_cost == class && p.return_mode == mode && p.entries > 0)
+    };
+    let name = |k: &crate::probe_cost::ClassCost| {
+        format!(
+            "{}+{}",
+            crate::probe_cost::class_name(k.entry),
+            if k.uretprobe { "uretprobe" } else { "ret-site" }
+        )
+    };
+    let start: Vec<String> = c
         .classes
         .iter()
-        .filter(|k| {
-            let (class, mode) = (
-                crate::probe_cost::class_name(k.entry),
-                if k.uretprobe {
-                    "uretprobe"
-                } else {
-                    "ret-sites"
-                },
-            );
-            run.phases
-                .iter()
-                .any(|p| p.entry_cost == class && p.return_mode == mode && p.entries > 0)
-        })
+        .filter(|k| used(k))
         .map(|k| {
             format!(
-                "{}+{} {} a call ({} inside it) ±{}",
-                crate::probe_cost::class_name(k.entry),
-                if k.uretprobe { "uretprobe" } else { "ret-site" },
+                "{} {} a call ({} inside it) ±{}",
+                name(k),
                 format_ns(k.pair_ns),
                 format_ns(k.own_ns),
                 format_ns(k.error_ns)
@@ -83,13 +90,38 @@ fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String)
         c.rounds,
         c.calls,
         c.elapsed_ms,
-        if used.is_empty() {
+        if start.is_empty() {
             "no probed call".to_string()
         } else {
-            used.join(" · ")
+            start.join(" · ")
         }
     ));
-    if c.contended {
+    let again: Vec<String> = c
+        .at_end
+        .iter()
+        .filter(|k| used(k))
+        .map(|k| {
+            let before = c
+                .classes
+                .iter()
+                .find(|s| s.entry == k.entry && s.uretprobe == k.uretprobe)
+                .map_or(k.pair_ns, |s| s.pair_ns);
+            let moved = k.pair_ns - before;
+            format!(
+                "{} {} ({}{})",
+                name(k),
+                format_ns(k.pair_ns),
+                if moved < 0.0 { "−" } else { "+" },
+                format_ns(moved.abs())
+            )
+        })
+        .collect();
+    if !again.is_empty() {
+        out.push_str(&format!(
+            "  again at the end of the run: {}; the errors cover the difference\n",
+            again.join(" · ")
+        ));
+    } else if c.contended {
         out.push_str(&format!(
             "  host load {:.1} at the end of the run, above its CPU count: the stated errors are doubled\n",
             c.load_end

@@ -445,6 +445,8 @@ struct CalibrationJ {
     load_end: f64,
     contended: bool,
     classes: Vec<ClassCostJ>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    at_end: Vec<ClassCostJ>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -464,50 +466,59 @@ impl From<&Calibration> for CalibrationJ {
             elapsed_ms: c.elapsed_ms,
             load_end: c.load_end,
             contended: c.contended,
-            classes: c
-                .classes
-                .iter()
-                .map(|k| ClassCostJ {
-                    entry: probe_cost::class_name(k.entry).to_string(),
-                    return_mode: if k.uretprobe {
-                        "uretprobe"
-                    } else {
-                        "ret-sites"
-                    }
-                    .to_string(),
-                    pair_ns: k.pair_ns,
-                    own_ns: k.own_ns,
-                    error_ns: k.error_ns,
-                })
-                .collect(),
+            classes: c.classes.iter().map(ClassCostJ::from).collect(),
+            at_end: c.at_end.iter().map(ClassCostJ::from).collect(),
         }
+    }
+}
+
+impl From<&ClassCost> for ClassCostJ {
+    fn from(k: &ClassCost) -> Self {
+        ClassCostJ {
+            entry: probe_cost::class_name(k.entry).to_string(),
+            return_mode: if k.uretprobe {
+                "uretprobe"
+            } else {
+                "ret-sites"
+            }
+            .to_string(),
+            pair_ns: k.pair_ns,
+            own_ns: k.own_ns,
+            error_ns: k.error_ns,
+        }
+    }
+}
+
+impl ClassCostJ {
+    fn into_class(self) -> Result<ClassCost> {
+        Ok(ClassCost {
+            entry: probe_cost::class_from_name(&self.entry)
+                .ok_or_else(|| anyhow!("calibration: unknown entry class {:?}", self.entry))?,
+            uretprobe: match self.return_mode.as_str() {
+                "uretprobe" => true,
+                "ret-sites" => false,
+                other => bail!("calibration: unknown return mode {other:?}"),
+            },
+            pair_ns: self.pair_ns,
+            own_ns: self.own_ns,
+            error_ns: self.error_ns,
+        })
     }
 }
 
 impl CalibrationJ {
     fn into_calibration(self) -> Result<Calibration> {
-        let mut classes = Vec::with_capacity(self.classes.len());
-        for k in self.classes {
-            classes.push(ClassCost {
-                entry: probe_cost::class_from_name(&k.entry)
-                    .ok_or_else(|| anyhow!("calibration: unknown entry class {:?}", k.entry))?,
-                uretprobe: match k.return_mode.as_str() {
-                    "uretprobe" => true,
-                    "ret-sites" => false,
-                    other => bail!("calibration: unknown return mode {other:?}"),
-                },
-                pair_ns: k.pair_ns,
-                own_ns: k.own_ns,
-                error_ns: k.error_ns,
-            });
-        }
+        let classes = |v: Vec<ClassCostJ>| -> Result<Vec<ClassCost>> {
+            v.into_iter().map(ClassCostJ::into_class).collect()
+        };
         Ok(Calibration {
-            classes,
+            classes: classes(self.classes)?,
             calls: self.calls,
             rounds: self.rounds,
             elapsed_ms: self.elapsed_ms,
             load_end: self.load_end,
             contended: self.contended,
+            at_end: classes(self.at_end)?,
         })
     }
 }

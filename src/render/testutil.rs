@@ -377,6 +377,13 @@ pub fn calibrated_run() -> Run {
         elapsed_ms: 42.0,
         load_end: 0.4,
         contended: false,
+        at_end: vec![crate::probe_cost::ClassCost {
+            entry: crate::resolve::CostClass::Nop,
+            uretprobe: true,
+            pair_ns: PAIR_NS as f64 + 90.0,
+            own_ns: OWN_NS as f64,
+            error_ns: 40.0,
+        }],
     });
     run
 }

@@ -19,6 +19,8 @@ pub(super) struct RunCosts {
     pub measured: Option<Measured>,
     /// Per phase id, the costs of one call (zeros without calibration).
     pub per_phase: Vec<PhaseCosts>,
+    /// The combinations (entry class, uretprobe) the phases use.
+    wanted: Vec<(CostClass, bool)>,
 }
 
 impl RunCosts {
@@ -33,12 +35,49 @@ impl RunCosts {
         )
     }
 
-    /// Uncertainty of one probe hit, ns: each phase's pair error split over its two hits,
-    /// weighted by the hits its probes took (`hits[phase id]`).
-    pub fn error_per_hit_ns(&self, hits: &[u64]) -> f64 {
+    /// Measures the costs again at the end of a run (probes still live), handing the run's
+    /// records read meanwhile to `forward`: how far they drifted widens the stated errors. A
+    /// failure is a warning.
+    pub fn recalibrate(
+        &self,
+        tracer: &mut Tracer,
+        collector: &mut Collector,
+        ring_bytes: u32,
+        forward: probe_cost::Forward<'_>,
+    ) -> Option<Measured> {
+        self.measured.as_ref()?;
+        match probe_cost::calibrate(tracer, collector, ring_bytes, &self.wanted, Some(forward)) {
+            Ok(m) => Some(m),
+            Err(e) => {
+                eprintln!("wprof: warning: probe cost recalibration at the end failed ({e:#})");
+                None
+            }
+        }
+    }
+
+    /// Per phase id, the uncertainty of one call's pair cost: the start calibration's spread,
+    /// widened to how far the end calibration (if any) moved from it.
+    pub fn errors_ns(&self, at_end: Option<&Measured>) -> Vec<f64> {
+        self.per_phase
+            .iter()
+            .map(|c| {
+                let again = at_end.zip(c.class).and_then(|(e, (entry, uretprobe))| {
+                    e.classes
+                        .iter()
+                        .find(|x| x.entry == entry && x.uretprobe == uretprobe)
+                });
+                let moved = again.map_or(0.0, |x| (x.pair_ns - c.pair_ns).abs().max(x.error_ns));
+                c.error_ns.max(moved)
+            })
+            .collect()
+    }
+
+    /// Uncertainty of one probe hit, ns: each phase's pair error (`errors[phase id]`) split
+    /// over its two hits, weighted by the hits its probes took (`hits[phase id]`).
+    pub fn error_per_hit_ns(errors: &[f64], hits: &[u64]) -> f64 {
         let (mut sum, mut n) = (0.0, 0u64);
-        for (c, &h) in self.per_phase.iter().zip(hits) {
-            sum += h as f64 * c.error_ns / 2.0;
+        for (e, &h) in errors.iter().zip(hits) {
+            sum += h as f64 * e / 2.0;
             n += h;
         }
         if n == 0 {
@@ -61,6 +100,7 @@ pub(super) fn calibrated(
     let mut costs = RunCosts {
         measured: None,
         per_phase: vec![PhaseCosts::default(); n],
+        wanted: Vec::new(),
     };
     if t.no_calibrate {
         return Ok(costs);
@@ -73,7 +113,8 @@ pub(super) fn calibrated(
             Some((t.entry.cost, p.return_mode == ReturnMode::Uretprobe))
         })
         .collect();
-    let measured = match probe_cost::calibrate(tracer, collector, t.ring_size, &wanted) {
+    costs.wanted = wanted.clone();
+    let measured = match probe_cost::calibrate(tracer, collector, t.ring_size, &wanted, None) {
         Ok(m) => m,
         Err(e) => {
             eprintln!(
@@ -140,7 +181,7 @@ fn summary(m: &Measured, phases: &[ResolvedPhase]) -> String {
 /// The run's record of a calibration, with the host's load at the end of the run: a load
 /// above the CPU count means the traced threads competed for CPUs, so the calibration (made
 /// before) may not hold and its errors are doubled.
-pub(super) fn calibration(m: &Measured) -> Calibration {
+pub(super) fn calibration(m: &Measured, at_end: Option<&Measured>) -> Calibration {
     let load_end = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
@@ -153,6 +194,7 @@ pub(super) fn calibration(m: &Measured) -> Calibration {
         elapsed_ms: m.elapsed_ms,
         load_end,
         contended: load_end > cpus,
+        at_end: at_end.map(|e| e.classes.clone()).unwrap_or_default(),
     }
 }
 
