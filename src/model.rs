@@ -180,9 +180,12 @@ pub struct Calibration {
     pub elapsed_ms: f64,
     /// 1-minute load average when the run ended.
     pub load_end: f64,
-    /// Whether the host had more runnable work than CPUs during the run: the stated errors
-    /// were doubled, since the calibration may not hold.
+    /// Whether the host had more runnable work than CPUs at the end of the run: without a
+    /// recalibration at the end, the stated errors were doubled.
     pub contended: bool,
+    /// The same measurement repeated at the end of the run (empty when it was not: budget
+    /// exceeded, in-kernel aggregation, or it failed). How far it moved widens the errors.
+    pub at_end: Vec<crate::probe_cost::ClassCost>,
 }
 
 /// A whole run.

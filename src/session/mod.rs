@@ -302,6 +302,8 @@ pub fn override_returns(profile: &Profile, mode: Option<crate::profile::ReturnMo
 
 /// What a traced run leaves for [`build_run`].
 struct Traced {
+    /// The probe costs measured again at the end of the run.
+    at_end: Option<probe_cost::Measured>,
     agg: Aggregator,
     end: EndState,
     reason: EndReason,
@@ -391,6 +393,16 @@ fn run(
         agg.drop_calls();
     }
     let duration = t0.elapsed();
+    // In-kernel aggregation would swallow the calibration's calls; over budget, leave at once.
+    let at_end = if in_kernel || reason == EndReason::OverheadBudget {
+        None
+    } else {
+        let forward = probe_cost::Forward {
+            events: &mut |e| agg.add(e),
+            stacks: &mut |s| stack_sink.agg.add(s),
+        };
+        costs.recalibrate(tracer, &mut collector, t.ring_size, forward)
+    };
     tracer.detach();
     collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
     labels.forks(&agg.take_forks());
@@ -407,6 +419,7 @@ fn run(
         .finish(tracer, &agg, names, &end, t.cpu_sample, t.off_cpu)
         .context("name the sampled stacks")?;
     Ok(Traced {
+        at_end,
         agg,
         end,
         reason,
@@ -519,6 +532,7 @@ fn build_run(
     costs: &RunCosts,
 ) -> Run {
     let Traced {
+        at_end,
         mut agg,
         end,
         reason,
@@ -535,11 +549,20 @@ fn build_run(
     let skipped_spans = agg.skipped();
     let mut split = agg.finish_split(&names, &roles);
     let (mut tree, calls, spans, per_pid) = agg.finish_all(&names, &roles, &end.nodes);
-    let calibration = costs.measured.as_ref().map(costs::calibration);
-    // Each probe hit inside a call may be off by the calibration's error (per pair: two hits).
+    let calibration = costs
+        .measured
+        .as_ref()
+        .map(|m| costs::calibration(m, at_end.as_ref()));
     let hits_by_phase: Vec<u64> = end.phases.iter().map(|p| p.entries + p.returns).collect();
+    let errors = costs.errors_ns(at_end.as_ref());
     let error_per_hit = calibration.as_ref().map_or(0.0, |c| {
-        costs.error_per_hit_ns(&hits_by_phase) * if c.contended { 2.0 } else { 1.0 }
+        // Without a second measurement, a host busier than its CPUs gets doubled errors.
+        let factor = if c.contended && c.at_end.is_empty() {
+            2.0
+        } else {
+            1.0
+        };
+        RunCosts::error_per_hit_ns(&errors, &hits_by_phase) * factor
     });
     costs::state_errors(&mut tree, error_per_hit);
     if let Some(s) = &mut split {
