@@ -79,6 +79,15 @@ if ! grep -qs "pg15 = \"$PG15_CONFIG\"" "$PGRX_CACHE/pgrx-home/config.toml"; the
       cargo "+$PGRX_TC" pgrx init --pg15 "$PG15_CONFIG" >/dev/null)
 fi
 
+# Go for the Go fixture (tests/fixtures/go-parquet): a Go 1.25+ already there, else Go's own
+# toolchain module from the Go module proxy into ~/.cache/wprof-go (Debian 12's golang is 1.19,
+# too old for arrow-go). scripts/test.sh builds the fixture (~3-4.5 minutes cold, cached).
+GO_FIXTURE_BUILD=$(cd "$(dirname "$0")/.." && pwd)/tests/fixtures/go-parquet/build.sh
+if ! "$GO_FIXTURE_BUILD" --find-go >/dev/null; then
+  log "Go toolchain (golang.org/toolchain from the Go module proxy, ~70 MB)"
+  "$GO_FIXTURE_BUILD" --install-go
+fi
+
 if ! mountpoint -q /sys/kernel/tracing; then
   $SUDO mount -t tracefs nodev /sys/kernel/tracing || log "could not mount tracefs (not fatal)"
 fi

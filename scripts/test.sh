@@ -9,6 +9,8 @@ export PATH=${CARGO_HOME:-$HOME/.cargo}/bin:$PATH
 # The pgrx fixture extension (cached; ~5 minutes cold, legacy and v0 manglings): built here so
 # its time shows; tests/pgrx.rs runs the same script, which is then a no-op.
 tests/fixtures/pgrx_refresh/build.sh target/pgrx-fixture
+# The Go fixture (cached; ~3-4.5 minutes cold): built here so its time shows, not inside a test.
+tests/fixtures/go-parquet/build.sh target/go-fixtures
 cargo fmt --all --check
 cargo clippy --release --all-targets -- -D warnings
 cargo test --release -- --test-threads=2

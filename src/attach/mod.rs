@@ -19,13 +19,13 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use wprof_common::{cookie, cookie_with, SiteKind, ARG_NONE, ARG_RETVAL};
+use wprof_common::{cookie, cookie_with, go_cookie, SiteKind, ARG_NONE, ARG_RETVAL};
 
 pub use capabilities::{check_capabilities, missing_capabilities};
 
 use crate::error::WprofError;
 use crate::profile::{Capture, ReturnMode};
-use crate::resolve::{ResolvedPhase, ResolvedSymbol, Status};
+use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol, Status};
 
 /// The eBPF object built from probes/ebpf by build.rs.
 static BPF_OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wprof-ebpf"));
@@ -204,6 +204,14 @@ impl Tracer {
             let entry_cookie = |kind| cookie_with(cookie(rp.id, kind, uret), entry_arg, under);
             let exit_cookie = |kind| cookie_with(cookie(rp.id, kind, uret), exit_arg, under);
             for t in &rp.targets {
+                // A Go function's phase stack is its goroutine's (see wprof_common::COOKIE_GO_BIT).
+                let go = |c: u64| {
+                    if t.language == Language::Go {
+                        go_cookie(c)
+                    } else {
+                        c
+                    }
+                };
                 let mut push = |prog: &'static str, p: UProbeAttachPoint<'static>| match plan
                     .iter_mut()
                     .find(|(g, o, _)| *g == prog && o.object == t.object)
@@ -213,18 +221,18 @@ impl Tracer {
                 };
                 push(
                     self.progs.entry,
-                    point(t.entry.file_offset, entry_cookie(SiteKind::Entry)),
+                    point(t.entry.file_offset, go(entry_cookie(SiteKind::Entry))),
                 );
                 if uret {
                     push(
                         self.progs.uretprobe,
-                        point(t.entry.file_offset, exit_cookie(SiteKind::Uretprobe)),
+                        point(t.entry.file_offset, go(exit_cookie(SiteKind::Uretprobe))),
                     );
                 } else {
                     for s in &t.exits {
                         push(
                             self.progs.ret_site,
-                            point(s.file_offset, exit_cookie(SiteKind::RetSite)),
+                            point(s.file_offset, go(exit_cookie(SiteKind::RetSite))),
                         );
                     }
                 }

@@ -41,15 +41,42 @@ pub enum SiteKind {
     Uretprobe = 2,
 }
 
-/// Bits 41..44 of a cookie: what the site captures ([`ARG_NONE`], `1..=6` = integer argument
-/// `n - 1` at an entry, [`ARG_RETVAL`] = the return value at an exit site).
+/// Bits 41..45 of a cookie: what the site captures ([`ARG_NONE`], `1..=9` = integer argument
+/// `n - 1` at an entry, [`ARG_RETVAL`] = the return value at an exit site). Arguments 0-5
+/// follow the System V x86-64 convention, 0-8 Go's register ABI for Go sites
+/// ([`COOKIE_GO_BIT`]).
 pub const COOKIE_ARG_SHIFT: u64 = 41;
+
+/// Mask of the capture field once shifted down.
+pub const COOKIE_ARG_MASK: u64 = 0xf;
 
 /// No capture.
 pub const ARG_NONE: u64 = 0;
 
 /// Capture the return value (exit sites).
-pub const ARG_RETVAL: u64 = 7;
+pub const ARG_RETVAL: u64 = 15;
+
+/// Bit 45 of a cookie: the site is in a Go function (Go's register ABI, amd64, Go 1.17+). Its
+/// phase stack is the goroutine's, not the thread's: keyed by the `g` pointer in `r14` and
+/// the process, with stack pointers taken relative to the top of the goroutine's stack
+/// (`g.stack.hi`), which stays put when the runtime moves the stack.
+pub const COOKIE_GO_BIT: u64 = 1 << 45;
+
+/// Offset of `stack.hi` in the Go runtime's `g` struct (`stack.lo` is at 0; unchanged since
+/// Go 1.0).
+pub const GO_G_STACK_HI: u64 = 8;
+
+/// A goroutine's stack is at most 1 GB on 64-bit (`runtime.maxstacksize`): a `g.stack.hi`
+/// further than this above the stack pointer is not the running goroutine's.
+pub const GO_MAX_STACK: u64 = 1 << 30;
+
+/// Where a Go frame's stack pointer is put for comparisons: `GO_SP_TOP - (g.stack.hi - sp)`,
+/// so that, as with real stack pointers, an inner frame's value is lower.
+pub const GO_SP_TOP: u64 = 1 << 62;
+
+/// Bit 63 of a `STACKS` key that names a goroutine (the others are pid_tgid values, below
+/// 2^54).
+pub const GOROUTINE_KEY_BIT: u64 = 1 << 63;
 
 /// Bits 48..64 of a cookie: the phase id + 1 of the phase this one must be called inside
 /// (`under`), 0 for none.
@@ -64,7 +91,27 @@ pub const fn cookie(phase: u32, kind: SiteKind, uretprobe: bool) -> u64 {
 /// A cookie with its capture and `under` fields: `arg` is [`ARG_NONE`], `n + 1` for argument
 /// `n` (0..6) or [`ARG_RETVAL`]; `under` is the enclosing phase's id + 1, or 0.
 pub const fn cookie_with(base: u64, arg: u64, under: u32) -> u64 {
-    base | (arg & 7) << COOKIE_ARG_SHIFT | (under as u64 & 0xffff) << COOKIE_UNDER_SHIFT
+    base | (arg & COOKIE_ARG_MASK) << COOKIE_ARG_SHIFT
+        | (under as u64 & 0xffff) << COOKIE_UNDER_SHIFT
+}
+
+/// `c` marked as a Go site ([`COOKIE_GO_BIT`]).
+pub const fn go_cookie(c: u64) -> u64 {
+    c | COOKIE_GO_BIT
+}
+
+/// The `STACKS` key of goroutine `g` of process `tgid`: `g` mixed with a hash of `tgid`
+/// (the same `g` addresses occur in every Go process), with [`GOROUTINE_KEY_BIT`] set so no
+/// thread's key is ever equal. Two goroutines of different processes share a key only if
+/// their `g` addresses differ by exactly the two hashes' XOR, which lies below 2^47 for one
+/// pair of processes in 2^16.
+#[inline(always)]
+pub fn goroutine_key(tgid: u32, g: u64) -> u64 {
+    let mut x = (tgid as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    (g ^ x) | GOROUTINE_KEY_BIT
 }
 
 /// One open phase on a thread's stack.
@@ -73,7 +120,8 @@ pub const fn cookie_with(base: u64, arg: u64, under: u32) -> u64 {
 pub struct Frame {
     /// Path hash of this frame's tree node (parent node + phase).
     pub node: u64,
-    /// Stack pointer at entry (points at the return address).
+    /// Stack pointer at entry (points at the return address); for a Go frame its distance
+    /// below the top of the goroutine's stack, as `GO_SP_TOP - (g.stack.hi - sp)`.
     pub sp: u64,
     /// Entry timestamp, CLOCK_MONOTONIC ns.
     pub start_ns: u64,
@@ -108,8 +156,9 @@ pub struct PhaseCost {
     pub own_ns: u64,
 }
 
-/// The per-thread stack of open phases. Lives in a BPF hash map keyed by pid_tgid so a lost
-/// ring-buffer event can never corrupt the nesting of later calls.
+/// The per-thread stack of open phases. Lives in a BPF hash map keyed by pid_tgid (by
+/// [`goroutine_key`] for Go phases) so a lost ring-buffer event can never corrupt the nesting
+/// of later calls.
 #[repr(C)]
 #[derive(Copy, Clone, Debug)]
 pub struct ThreadStack {

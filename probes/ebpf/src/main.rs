@@ -7,7 +7,9 @@
 //! instead of the spans.
 //!
 //! The stack of open phases lives here, not in userspace, so a lost event never corrupts the
-//! nesting of later calls: parents learn their children's time from the stack itself.
+//! nesting of later calls: parents learn their children's time from the stack itself. A
+//! thread has one; so does a goroutine, for the phases of Go functions (cookie bit
+//! `COOKIE_GO_BIT`: keyed by the `g` in r14, see `owner_of`).
 #![no_std]
 #![no_main]
 // `add_one`: the atomic add intrinsic (see there); the toolchain is pinned.
@@ -34,15 +36,16 @@ use aya_ebpf::{
     EbpfContext,
 };
 use wprof_common::{
-    config, counter, hist_bucket, Event, EventKind, Frame, HistKey, NodeCounters, NodeSummary,
-    PhaseCost, PhaseCounters, StackEvent, ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL,
-    COOKIE_ARG_SHIFT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, MAX_DEPTH,
+    config, counter, goroutine_key, hist_bucket, Event, EventKind, Frame, HistKey, NodeCounters,
+    NodeSummary, PhaseCost, PhaseCounters, StackEvent, ThreadStack, TracepointRole, ARG_NONE,
+    ARG_RETVAL, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_UNDER_SHIFT,
+    COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, MAX_DEPTH,
     MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES, MAX_THREADS,
     SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
-/// Open phases per thread, keyed by pid_tgid. Allocated on a thread's first entry and freed when
-/// its outermost phase returns.
+/// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
+/// `goroutine_key`). Allocated on the first entry and freed when the outermost phase returns.
 #[map]
 static STACKS: HashMap<u64, ThreadStack> =
     HashMap::with_max_entries(MAX_THREADS, BPF_F_NO_PREALLOC);
@@ -144,7 +147,7 @@ fn entry(ctx: &ProbeContext) -> u32 {
 fn ret_site(ctx: &ProbeContext) -> u32 {
     // SAFETY: as in entry.
     let regs = unsafe { &*ctx.regs };
-    let _ = on_return(ctx, regs.rsp, regs.rax);
+    let _ = on_return(ctx, regs, regs.rsp);
     0
 }
 
@@ -154,8 +157,44 @@ fn ret_site(ctx: &ProbeContext) -> u32 {
 fn uretprobe(ctx: &RetProbeContext) -> u32 {
     // SAFETY: as in entry.
     let regs = unsafe { &*ctx.regs };
-    let _ = on_return(ctx, regs.rsp.wrapping_sub(8), regs.rax);
+    let _ = on_return(ctx, regs, regs.rsp.wrapping_sub(8));
     0
+}
+
+/// Whose phase stack a probe hit works on: `key` names it in `STACKS`, `id` is the thread's
+/// pid_tgid (what events carry), `sp` the stack pointer as frames store it.
+#[derive(Clone, Copy)]
+struct Owner {
+    key: u64,
+    id: u64,
+    sp: u64,
+}
+
+/// The owner of a hit on thread `id` with stack pointer `sp`. A Go site's stack is its
+/// goroutine's: `r14` holds the running goroutine's `g` (Go's register ABI, amd64, 1.17+),
+/// and `g.stack.hi`, the top of its stack, turns `sp` into a distance that survives the
+/// runtime moving the stack (growth or shrinking copies the frames to a new stack at the
+/// same distance from its top). Anything else, or a `g` that does not hold `sp` (assembly
+/// that uses r14 for itself), stays with the thread.
+#[inline(always)]
+fn owner_of(site: &Site, regs: &aya_ebpf::bindings::pt_regs, id: u64, sp: u64) -> Owner {
+    let thread = Owner { key: id, id, sp };
+    if !site.go {
+        return thread;
+    }
+    let g = regs.r14;
+    // SAFETY: reads 8 bytes of the traced process's memory; a fault just yields an error.
+    let Ok(hi) = (unsafe { bpf_probe_read_user((g + GO_G_STACK_HI) as *const u64) }) else {
+        return thread;
+    };
+    if hi <= sp || hi - sp > GO_MAX_STACK {
+        return thread;
+    }
+    Owner {
+        key: goroutine_key((id >> 32) as u32, g),
+        id,
+        sp: GO_SP_TOP - (hi - sp),
+    }
 }
 
 /// What the attach cookie of the site that fired says.
@@ -167,6 +206,8 @@ struct Site {
     arg: u64,
     /// Id + 1 of the phase this one must be called inside, 0 for none.
     under: u32,
+    /// A Go function: goroutine stack, Go's register ABI.
+    go: bool,
 }
 
 #[inline(always)]
@@ -180,8 +221,9 @@ fn site_of<C: EbpfContext>(ctx: &C) -> Result<Site, ()> {
     Ok(Site {
         phase,
         uretprobe: cookie & COOKIE_URETPROBE_BIT != 0,
-        arg: (cookie >> COOKIE_ARG_SHIFT) & 7,
+        arg: (cookie >> COOKIE_ARG_SHIFT) & COOKIE_ARG_MASK,
         under: (cookie >> COOKIE_UNDER_SHIFT) as u32 & 0xffff,
+        go: cookie & COOKIE_GO_BIT != 0,
     })
 }
 
@@ -195,6 +237,24 @@ fn int_arg(regs: &aya_ebpf::bindings::pt_regs, n: u64) -> u64 {
         3 => regs.rcx,
         4 => regs.r8,
         5 => regs.r9,
+        _ => 0,
+    }
+}
+
+/// Integer argument `n` (0-based) of Go's register ABI (amd64): a method's receiver first,
+/// a string takes two registers (pointer, length), a slice three (pointer, length, capacity).
+#[inline(always)]
+fn go_int_arg(regs: &aya_ebpf::bindings::pt_regs, n: u64) -> u64 {
+    match n {
+        0 => regs.rax,
+        1 => regs.rbx,
+        2 => regs.rcx,
+        3 => regs.rdi,
+        4 => regs.rsi,
+        5 => regs.r8,
+        6 => regs.r9,
+        7 => regs.r10,
+        8 => regs.r11,
         _ => 0,
     }
 }
@@ -374,15 +434,15 @@ fn submit_flags() -> u64 {
 }
 
 #[inline(always)]
-fn define_node(node: u64, parent: u64, phase: u32, depth: u32, key: u64) {
+fn define_node(node: u64, parent: u64, phase: u32, depth: u32, id: u64) {
     if NODES_SEEN.get_ptr(&node).is_some() {
         return;
     }
     let def = Event {
         kind: EventKind::NodeDef as u32,
         phase,
-        pid: (key >> 32) as u32,
-        tid: key as u32,
+        pid: (id >> 32) as u32,
+        tid: id as u32,
         node,
         parent,
         depth,
@@ -439,34 +499,35 @@ pub fn wprof_dl_state(_ctx: ProbeContext) -> u32 {
 
 fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Result<(), ()> {
     let site = site_of(ctx)?;
-    let key = bpf_get_current_pid_tgid();
-    if !wanted(key) {
+    let id = bpf_get_current_pid_tgid();
+    if !wanted(id) {
         return Ok(());
     }
-    let sp = regs.rsp;
     let pc = phase_counters(site.phase).ok_or(())?;
     pc.entries += 1;
     // SAFETY: reads 8 bytes of the traced thread's stack; a fault just yields an error.
-    let ret_addr = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
-    let Some(st) = stack_for(key) else {
+    let ret_addr = unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.unwrap_or(0);
+    let who = owner_of(&site, regs, id, regs.rsp);
+    let Some(st) = stack_for(who.key) else {
         bump(counter::NO_STACK);
         return Err(());
     };
     // A live ancestor's entry stack pointer is above ours; anything below was left without
     // its return.
-    abandon_below(st, sp, Some(ret_addr));
+    abandon_below(st, who.sp, Some(ret_addr));
     if !inside(st, site.under) {
         pc.outside_under += 1;
         if st.len == 0 {
-            let _ = STACKS.remove(&key);
+            let _ = STACKS.remove(&who.key);
         }
         return Ok(());
     }
     let arg = match site.arg {
         ARG_NONE | ARG_RETVAL => 0,
+        n if site.go => go_int_arg(regs, n - 1),
         n => int_arg(regs, n - 1),
     };
-    push_frame(st, pc, key, site.phase, sp, ret_addr, site.uretprobe, arg)
+    push_frame(st, pc, who, site.phase, ret_addr, site.uretprobe, arg)
 }
 
 /// Opens a frame for `phase` on the thread's stack. Kernel phases use `sp = 0`: no user
@@ -477,9 +538,8 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
 fn push_frame(
     st: &mut ThreadStack,
     pc: &mut PhaseCounters,
-    key: u64,
+    who: Owner,
     phase: u32,
-    sp: u64,
     ret_addr: u64,
     uretprobe: bool,
     arg: u64,
@@ -496,10 +556,10 @@ fn push_frame(
         st.frames[slot(len - 1)].node
     };
     let node = node_hash(parent, phase);
-    define_node(node, parent, phase, len as u32, key);
+    define_node(node, parent, phase, len as u32, who.id);
     let frame = &mut st.frames[slot(len)];
     frame.node = node;
-    frame.sp = sp;
+    frame.sp = who.sp;
     frame.child_ns = 0;
     frame.off_ns = 0;
     frame.phase = phase;
@@ -515,26 +575,33 @@ fn push_frame(
     Ok(())
 }
 
-fn on_return<C: EbpfContext>(ctx: &C, sp: u64, retval: u64) -> Result<(), ()> {
+/// A return of a phase at stack pointer `sp` (the entry's: a uretprobe's caller adjusts it).
+fn on_return<C: EbpfContext>(
+    ctx: &C,
+    regs: &aya_ebpf::bindings::pt_regs,
+    sp: u64,
+) -> Result<(), ()> {
     // First, so the bookkeeping below is not counted inside the phase.
     // SAFETY: plain helper call.
     let now = unsafe { bpf_ktime_get_ns() };
     let site = site_of(ctx)?;
-    let key = bpf_get_current_pid_tgid();
-    if !wanted(key) {
+    let id = bpf_get_current_pid_tgid();
+    if !wanted(id) {
         return Ok(());
     }
     let pc = phase_counters(site.phase).ok_or(())?;
+    let who = owner_of(&site, regs, id, sp);
     // A call made outside its `under` phase was never pushed: its return is expected, not
     // unmatched.
     let may_be_left_out = site.under != 0;
-    let st = returning_stack(pc, key, !may_be_left_out)?;
-    abandon_below(st, sp, None);
-    if may_be_left_out && !top_is(st, site.phase, sp) {
+    let st = returning_stack(pc, who.key, !may_be_left_out)?;
+    abandon_below(st, who.sp, None);
+    if may_be_left_out && !top_is(st, site.phase, who.sp) {
         return Ok(());
     }
-    let retval = (site.arg == ARG_RETVAL).then_some(retval);
-    pop_frame(st, pc, key, site.phase, sp, now, retval)
+    // The first integer result: rax in both conventions.
+    let retval = (site.arg == ARG_RETVAL).then_some(regs.rax);
+    pop_frame(st, pc, who, site.phase, now, retval)
 }
 
 /// Whether the innermost open frame is `phase`'s call entered at `sp`.
@@ -580,13 +647,12 @@ fn returning_stack(
 fn pop_frame(
     st: &mut ThreadStack,
     pc: &mut PhaseCounters,
-    key: u64,
+    who: Owner,
     phase: u32,
-    sp: u64,
     now: u64,
     retval: Option<u64>,
 ) -> Result<(), ()> {
-    if !top_is(st, phase, sp) {
+    if !top_is(st, phase, who.sp) {
         count_unmatched(pc);
         return Err(());
     }
@@ -608,7 +674,7 @@ fn pop_frame(
     };
     st.len = depth as u32;
     if depth == 0 {
-        let _ = STACKS.remove(&key);
+        let _ = STACKS.remove(&who.key);
     }
     let arg = retval.unwrap_or(top.arg);
     if CONFIG.get(config::KERNEL_AGGREGATE).copied().unwrap_or(0) != 0 {
@@ -618,8 +684,8 @@ fn pop_frame(
     let span = Event {
         kind: EventKind::Span as u32,
         phase,
-        pid: (key >> 32) as u32,
-        tid: key as u32,
+        pid: (who.id >> 32) as u32,
+        tid: who.id as u32,
         node: top.node,
         parent,
         start_ns: top.start_ns,
@@ -848,6 +914,11 @@ fn syscall_phase(ctx: &TracePointContext, exit_bit: u32) -> u32 {
 #[inline(always)]
 fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
     let pc = phase_counters(role.phase).ok_or(())?;
+    let who = Owner {
+        key,
+        id: key,
+        sp: 0,
+    };
     if role.exit == 0 {
         pc.entries += 1;
         let Some(st) = stack_for(key) else {
@@ -856,10 +927,10 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         };
         // A kernel phase still open on top lost its exit (e.g. the exit tracepoint was missed).
         abandon_kernel_frames(st);
-        push_frame(st, pc, key, role.phase, 0, 0, false, 0)
+        push_frame(st, pc, who, role.phase, 0, false, 0)
     } else {
         let st = returning_stack(pc, key, true)?;
-        pop_frame(st, pc, key, role.phase, 0, now, None)
+        pop_frame(st, pc, who, role.phase, now, None)
     }
 }
 

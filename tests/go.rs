@@ -1,0 +1,351 @@
+//! Privileged tests: real probes on the Go Parquet fixture (tests/fixtures/go-parquet: apache
+//! arrow-go's pqarrow and parquet-go writing real Parquet files from many goroutines under
+//! GOGC=10), with the built-in `parquet-go` profile. The fixture times and counts its own
+//! methods; wprof must count exactly as many calls and find the same time, never crash the
+//! program, and do so against a stripped build too.
+//!
+//! The fixture is built by its build.sh (cached under ~/.cache/wprof-go; .ci/install.sh
+//! installs Go and builds it first). Without Go these tests skip, or fail under
+//! WPROF_REQUIRE_BPF=1 (CI).
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use common::*;
+
+/// The Go fixture's builds, in target/go-fixtures (see tests/fixtures/go-parquet/build.sh).
+fn go_fixture(name: &str) -> Option<PathBuf> {
+    static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let script = root.join("tests/fixtures/go-parquet/build.sh");
+        let go = Command::new("bash")
+            .arg(&script)
+            .arg("--find-go")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !wprof::testing::require(go, "a Go 1.25+ toolchain (.ci/install.sh installs one)") {
+            return None;
+        }
+        let dir = root.join("target/go-fixtures");
+        let out = run(Command::new("bash").arg(&script).arg(&dir));
+        assert!(
+            out.status.success(),
+            "Go fixture build failed:\n{}",
+            text(&out)
+        );
+        Some(dir)
+    });
+    dir.as_ref().map(|d| d.join(name))
+}
+
+/// The fixture's `goparquet: key=value ...` line.
+fn truth(stdout: &[u8]) -> HashMap<String, u64> {
+    let stdout = String::from_utf8_lossy(stdout);
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("goparquet:"))
+        .unwrap_or_else(|| panic!("no goparquet line in:\n{stdout}"));
+    line.split_whitespace()
+        .skip(1)
+        .map(|kv| {
+            let (k, v) = kv.split_once('=').expect("key=value");
+            (k.to_string(), v.parse().expect("integer"))
+        })
+        .collect()
+}
+
+/// The profile's method phases and the fixture's names for them.
+const METHODS: &[(&str, &str)] = &[
+    ("arrow_write_batch", "arrow_write_batch"),
+    ("arrow_flush", "arrow_flush"),
+    ("arrow_close", "arrow_close"),
+    ("pqgo_write_batch", "parquet_go_write_batch"),
+    ("pqgo_flush", "parquet_go_flush"),
+    ("pqgo_close", "parquet_go_close"),
+];
+
+/// What the run says about one phase, summed over every node of it.
+#[derive(Default, Debug)]
+struct PhaseSum {
+    count: u64,
+    lost: u64,
+    abandoned: u64,
+    open: u64,
+    raw_ns: u64,
+    corrected_ns: u64,
+    /// The probe time of the calls nested inside this phase's calls (their whole entry +
+    /// return cost each), which the fixture's own timer contains.
+    nested_probe_ns: f64,
+    rows: u64,
+}
+
+fn phase_sums(run: &serde_json::Value) -> HashMap<String, PhaseSum> {
+    let pair: HashMap<String, f64> = run["phases"]
+        .as_array()
+        .expect("phases")
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().unwrap().to_string(),
+                p["probe_pair_ns"].as_f64().unwrap_or(0.0),
+            )
+        })
+        .collect();
+    fn nested(n: &serde_json::Value, pair: &HashMap<String, f64>) -> f64 {
+        n["children"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                c["count"].as_u64().unwrap() as f64 * pair[c["name"].as_str().unwrap()]
+                    + nested(c, pair)
+            })
+            .sum()
+    }
+    fn walk(
+        n: &serde_json::Value,
+        pair: &HashMap<String, f64>,
+        out: &mut HashMap<String, PhaseSum>,
+    ) {
+        let s = out
+            .entry(n["name"].as_str().unwrap().to_string())
+            .or_default();
+        s.count += u(n, "count");
+        s.lost += u(n, "lost");
+        s.abandoned += u(n, "abandoned");
+        s.open += u(n, "open");
+        s.raw_ns += u(n, "total_ns");
+        let c = &n["corrected"];
+        assert!(
+            c.is_object(),
+            "no corrected figures (calibration failed?): {n}"
+        );
+        s.corrected_ns += u(c, "total_ns");
+        s.nested_probe_ns += nested(n, pair);
+        s.rows += n["units"]["total"].as_u64().unwrap_or(0);
+        for c in n["children"].as_array().into_iter().flatten() {
+            walk(c, pair, out);
+        }
+    }
+    let mut out = HashMap::new();
+    for r in run["tree"]["roots"].as_array().expect("roots") {
+        walk(r, &pair, &mut out);
+    }
+    out
+}
+
+fn phase_counters(run: &serde_json::Value, name: &str) -> (u64, u64, u64) {
+    let p = run["phases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("no phase {name}"));
+    (u(p, "entries"), u(p, "returns"), u(p, "unmatched_returns"))
+}
+
+/// Counts exact, nothing lost, unmatched or abandoned, every method's time within `tol` of
+/// the fixture's own timer, rows as the fixture counted them.
+fn assert_matches_fixture(run: &serde_json::Value, t: &HashMap<String, u64>, tol: f64) {
+    let sums = phase_sums(run);
+    let c = &run["counters"];
+    for k in [
+        "lost_spans",
+        "lost_node_defs",
+        "orphan_spans",
+        "unmatched_returns",
+        "abandoned",
+        "open_at_end",
+        "overflow",
+        "no_stack",
+    ] {
+        assert_eq!(u(c, k), 0, "counters.{k}\n{}", summary(run));
+    }
+    for (phase, key) in METHODS {
+        let calls = t[&format!("{key}_calls")];
+        let ns = t[&format!("{key}_ns")] as f64;
+        let s = &sums[*phase];
+        assert_eq!(s.count, calls, "{phase}: calls\n{}", summary(run));
+        assert_eq!((s.lost, s.abandoned, s.open), (0, 0, 0), "{phase}: {s:?}");
+        assert_eq!(
+            phase_counters(run, phase),
+            (calls, calls, 0),
+            "{phase}: entries, returns, unmatched"
+        );
+        // The fixture's timer starts after the entry probe and stops before the return
+        // probe, so it holds none of the phase's own probe time but all of its nested
+        // phases' (their entries and returns run inside it): corrected + nested probes.
+        let got = s.corrected_ns as f64 + s.nested_probe_ns;
+        assert!(
+            (got - ns).abs() <= ns * tol,
+            "{phase}: wprof {:.1} µs a call (corrected {:.1} + nested probes {:.1}; raw {:.1}), \
+             the fixture's timer {:.1} µs, want within {:.0}%",
+            got / calls as f64 / 1e3,
+            s.corrected_ns as f64 / calls as f64 / 1e3,
+            s.nested_probe_ns / calls as f64 / 1e3,
+            s.raw_ns as f64 / calls as f64 / 1e3,
+            ns / calls as f64 / 1e3,
+            tol * 100.0
+        );
+    }
+    assert_eq!(
+        sums["arrow_write_batch"].rows, t["arrow_write_batch_rows"],
+        "arrow rows"
+    );
+    assert_eq!(
+        sums["pqgo_write_batch"].rows, t["parquet_go_write_batch_rows"],
+        "parquet-go rows"
+    );
+}
+
+fn record(
+    dir: &Path,
+    program: &Path,
+    extra: &[&str],
+    args: &[&str],
+) -> (Output, serde_json::Value) {
+    let json = dir.join("run.json");
+    let out = run(wprof()
+        .args(["record", "--target", "parquet-go", "--json"])
+        .arg(&json)
+        .args(extra)
+        .arg("--")
+        .arg(program)
+        .args(args));
+    assert!(out.status.success(), "wprof record failed:\n{}", text(&out));
+    (out.clone(), read_json(&json))
+}
+
+#[test]
+fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_timers() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = go_fixture("goparquet") else {
+        return;
+    };
+    let _g = bpf_lock();
+    let dir = tempdir();
+    // 50,000 WriteBatch calls per backend (100,000), 32 writer goroutines on 2 CPUs, a fresh
+    // goroutine per file, GOGC=10: with the library's writes, flushes, closes and the GC's
+    // assists, well over 200,000 probed calls.
+    let batches = "50000";
+    let (out, run) = record(
+        dir.path(),
+        &prog,
+        &[],
+        &["-batches", batches, "-workers", "16", "-gogc", "10"],
+    );
+    let t = truth(&out.stdout);
+    assert_eq!(
+        t["arrow_write_batch_calls"] + t["parquet_go_write_batch_calls"],
+        100_000
+    );
+    // Real Parquet files, all rows read back; the GC ran hard.
+    assert_eq!(t["rows_read"], 2 * 50_000 * 32);
+    assert!(t["gc_runs"] >= 100, "gc_runs={}", t["gc_runs"]);
+    assert_matches_fixture(&run, &t, 0.05);
+    // The libraries' own writes nest under the backends' methods, and the GC's assists
+    // were seen inside them.
+    let sums = phase_sums(&run);
+    assert_eq!(sums["pqarrow_write"].count, t["arrow_flush_calls"]);
+    assert_eq!(
+        sums["pqgo_generic_write"].count,
+        t["parquet_go_write_batch_calls"]
+    );
+    node(&run, &["arrow_write_batch", "arrow_flush", "pqarrow_write"]);
+    node(&run, &["pqgo_write_batch", "pqgo_generic_write"]);
+    assert!(sums["gc_assist"].count > 1000, "{:?}", sums["gc_assist"]);
+    let total: u64 = sums.values().map(|s| s.count).sum();
+    assert!(total > 200_000, "{total} calls");
+    // Per-backend throughput in the text tree.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for backend in ["arrow_write_batch", "pqgo_write_batch"] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("rows: {backend} 1600000 rows"))
+                    && l.contains("rows/s")),
+            "{backend}:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn attach_by_pid_counts_exactly() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = go_fixture("goparquet") else {
+        return;
+    };
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let mut fixture = spawn_waiting(&prog, &["--wait", "-batches", "4000", "-workers", "8"]);
+    let w = start_attach("parquet-go", fixture.id(), &json);
+    release(&mut fixture);
+    let f = fixture.wait_with_output().expect("fixture");
+    assert!(
+        f.status.success(),
+        "the traced Go program died: {:?}\n{}",
+        f.status,
+        String::from_utf8_lossy(&f.stderr)
+    );
+    let o = w.wait_with_output().expect("wprof");
+    assert!(o.status.success(), "{}", text(&o));
+    let run = read_json(&json);
+    assert_matches_fixture(&run, &truth(&f.stdout), 0.05);
+}
+
+#[test]
+fn a_stripped_build_resolves_through_gopclntab_and_forced_uretprobes_are_refused_for_go() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = go_fixture("goparquet-stripped") else {
+        return;
+    };
+    let _g = bpf_lock();
+    let dir = tempdir();
+    // `--return uretprobe` would crash a Go program: wprof keeps RET sites and says so.
+    let (out, run) = record(
+        dir.path(),
+        &prog,
+        &["--return", "uretprobe"],
+        &["-batches", "4000", "-workers", "8"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("overridden for the Go function") && stderr.contains("crash Go programs"),
+        "{stderr}"
+    );
+    for p in run["phases"].as_array().unwrap() {
+        assert_eq!(p["return_mode"], "ret-sites", "{p}");
+    }
+    assert_matches_fixture(&run, &truth(&out.stdout), 0.05);
+}
+
+#[test]
+fn a_go_binary_without_symbols_is_refused_with_what_is_missing() {
+    let Some(prog) = go_fixture("goparquet-nosyms") else {
+        return;
+    };
+    let out = run(wprof()
+        .args(["probes", "--target", "parquet-go", "--binary"])
+        .arg(&prog));
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for want in [
+        "a Go binary without a symbol table",
+        "without a readable function table (.gopclntab",
+        "rebuild it without -s",
+    ] {
+        assert!(err.contains(want), "{want}:\n{err}");
+    }
+}
