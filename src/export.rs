@@ -17,7 +17,7 @@
 use std::fmt::Write as _;
 
 use crate::profile::{Profile, ReturnMode};
-use crate::resolve::{ResolvedPhase, ResolvedSymbol, Status};
+use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol, Status};
 
 /// A phase name as an identifier bpftrace and perf accept (`[A-Za-z_][A-Za-z0-9_]*`).
 fn ident(name: &str) -> String {
@@ -54,7 +54,13 @@ fn past_endbr(phases: &[ResolvedPhase], uret: Option<bool>) -> bool {
         .filter(|p| matches!(p.status, Status::Resolved))
         .filter(|p| uret.is_none_or(|u| (p.return_mode == ReturnMode::Uretprobe) == u))
         .flat_map(|p| &p.targets)
-        .any(|t| t.entry_offset > 0)
+        .any(|t| t.entry_offset > 0 && t.language != Language::Go)
+}
+
+/// Whether a resolved phase is in Go code (its calls are per goroutine, its entries past the
+/// stack check).
+fn is_go(p: &ResolvedPhase) -> bool {
+    p.targets.iter().any(|t| t.language == Language::Go)
 }
 
 /// What an exported script cannot do that wprof does, said in its header.
@@ -135,6 +141,13 @@ pub fn bpftrace(profile: &Profile, phases: &[ResolvedPhase]) -> String {
             crate::resolve::ENTRY_AT_ENDBR_ENV
         );
     }
+    if phases.iter().any(is_go) {
+        out.push_str(
+            "// Go phases: entries past the stack check (SYMBOL+N: a stack growth re-runs the\n\
+             // function from its start), calls keyed by goroutine (reg(\"r14\"), Go's g) since a\n\
+             // goroutine may resume on another thread in the middle of a call.\n",
+        );
+    }
     let ok = attached(phases, "//", &mut out);
     // BEGIN fires once every probe is attached.
     let _ = writeln!(
@@ -144,7 +157,8 @@ pub fn bpftrace(profile: &Profile, phases: &[ResolvedPhase]) -> String {
     );
     for p in &ok {
         let id = ident(&p.phase.name);
-        let start = format!("@start_{id}[tid]");
+        let key = if is_go(p) { "reg(\"r14\")" } else { "tid" };
+        let start = format!("@start_{id}[{key}]");
         let close = format!(
             "{{ $d = nsecs - {start}; @calls[\"{name}\"] = count(); \
              @total_ns[\"{name}\"] = sum($d); @us_{id} = hist($d / 1000); delete({start}); }}",

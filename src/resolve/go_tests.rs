@@ -211,6 +211,21 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
     // arg = 8 (r11) is fine for a Go function.
     assert_eq!(wp.phase.capture(), Some(Capture::Arg(8)));
 
+    // `wprof export --bpftrace` keys Go calls by goroutine and probes past the stack check.
+    let bt = crate::export::bpftrace(&prof, &phases);
+    let entry = format!(
+        "uprobe:{}:main.(*T).Write+{} ",
+        app.display(),
+        w.entry_offset
+    );
+    assert!(bt.contains(&entry), "{entry}\n{bt}");
+    assert!(bt.contains("@start_write[reg(\"r14\")] = nsecs"), "{bt}");
+    assert!(
+        bt.contains("Go phases: entries past the stack check"),
+        "{bt}"
+    );
+    assert!(!bt.contains("endbr64"), "{bt}");
+
     // No stack check: the entry stays at +0.
     for name in ["leaf", "nosplit"] {
         let t = target(&phases, name);
