@@ -592,3 +592,49 @@ fn the_pg_trickle_profile_parses_says_it_is_untested_and_matches_pg_trickles_pat
         }
     }
 }
+
+/// Why RET sites: the same panic through a frame whose return is a uretprobe (forced with
+/// `--return uretprobe`) meets the kernel's trampoline instead of a return address, the
+/// unwinder gives up and the backend aborts; PostgreSQL then restarts every backend.
+#[test]
+fn a_forced_uretprobe_on_the_unwound_frames_kills_the_backend() {
+    let Some((_g, dir)) = ready() else { return };
+    let (pg, mut s) = server_with_extension(&dir.join("legacy"));
+    let out = tempdir();
+    let json = out.path().join("run.json");
+    let w = Attach::start(
+        s.backend_pid,
+        &[
+            "--return",
+            "uretprobe",
+            "--json",
+            json.to_str().expect("utf-8"),
+        ],
+    );
+    s.ok("SELECT cycle_changes(1);");
+    profile_line(&s.ok("SELECT refresh('st_src');"));
+    s.ok("SELECT cycle_changes(2);");
+    let (err, ended) = s.exec_may_end("SELECT refresh('st_src', fail => 'merge');");
+    // The traced backend is gone, so the run ends by itself (exit 0, outputs written).
+    let (_, stderr) = w.stop();
+    assert!(
+        ended
+            && err
+                .iter()
+                .any(|l| l.contains("server closed the connection unexpectedly")),
+        "{err:?}\n{stderr}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !pg.server_log().contains("terminated by signal 6") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let log = pg.server_log();
+    assert!(
+        log.contains("terminated by signal 6: Aborted")
+            && log.contains("terminating any other active server processes"),
+        "{log}"
+    );
+    // The good refresh before it was traced.
+    let run = read_json(&json);
+    assert_eq!(u(at(&run, &["refresh"]), "count"), 1, "{}", summary(&run));
+}

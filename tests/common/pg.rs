@@ -289,6 +289,23 @@ impl Session {
         }
     }
 
+    /// Like [`Session::exec`], for a statement that may end the session (the backend dies):
+    /// the lines printed, and whether psql ended instead of finishing the statement.
+    pub fn exec_may_end(&mut self, sql: &str) -> (Vec<String>, bool) {
+        const MARK: &str = "__wprof_test_done__";
+        writeln!(self.stdin, "{sql}\n\\echo {MARK}").expect("write to psql");
+        self.stdin.flush().expect("flush psql");
+        let mut out = Vec::new();
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(120)) {
+                Ok(l) if l == MARK => return (out, false),
+                Ok(l) => out.push(l),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return (out, true),
+                Err(e) => panic!("psql hung ({e}); output so far: {out:?}"),
+            }
+        }
+    }
+
     /// Like [`Session::exec`], and panics when the output holds an ERROR.
     pub fn ok(&mut self, sql: &str) -> Vec<String> {
         let out = self.exec(sql);
