@@ -410,6 +410,19 @@ fn resolve_symbol_phase(
             phase.name, g.name.demangled
         ));
     }
+    let unwinds = matches
+        .iter()
+        .find(|m| matches!(m.function.language, Language::Cxx | Language::Rust));
+    if let (Some(u), ReturnMode::Uretprobe) = (unwinds, return_mode) {
+        // Asked for (the default is RET sites here): allowed, where nothing unwinds.
+        warnings.push(format!(
+            "phase '{}': a uretprobe on {} kills the process if a C++ exception or a Rust \
+             panic (a PostgreSQL ERROR inside a pgrx extension) ever unwinds through it: the \
+             unwinder finds the kernel's trampoline instead of a return address; RET-site \
+             probes (the default) are safe",
+            phase.name, u.name.demangled
+        ));
+    }
     if let Some(Capture::Arg(n)) = phase.capture() {
         let c = matches.iter().find(|m| m.function.language != Language::Go);
         if let (Some(c), true) = (c, usize::from(n) >= SYSV_INT_ARGS) {
