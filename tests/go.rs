@@ -332,6 +332,68 @@ fn a_stripped_build_resolves_through_gopclntab_and_forced_uretprobes_are_refused
 }
 
 #[test]
+fn calls_left_by_a_recovered_panic_are_abandoned_and_the_tree_stays_right() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = go_fixture("goparquet") else {
+        return;
+    };
+    let _g = bpf_lock();
+    let dir = tempdir();
+    // Every 7th WriteBatch of a writer panics after taking its rows; the writer recovers.
+    // The next call is often made deeper in the stack than the unwound one: it must not nest
+    // inside it.
+    let (out, run) = record(
+        dir.path(),
+        &prog,
+        &[],
+        &["-batches", "4000", "-workers", "8", "-panic-every", "7"],
+    );
+    let t = truth(&out.stdout);
+    assert_eq!(t["rows_read"], 2 * 4000 * 32, "every row still written");
+    for (phase, key) in [
+        ("arrow_write_batch", "arrow_write_batch"),
+        ("pqgo_write_batch", "parquet_go_write_batch"),
+    ] {
+        let (calls, panics) = (t[&format!("{key}_calls")], t[&format!("{key}_panics")]);
+        assert!(panics > 400, "{key}: {panics} panics");
+        let n = node(&run, &[phase]);
+        assert_eq!(
+            (u(n, "count"), u(n, "abandoned")),
+            (calls - panics, panics),
+            "{phase}\n{}",
+            summary(&run)
+        );
+        assert!(
+            !n["children"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == *phase),
+            "{phase} nested in itself\n{}",
+            summary(&run)
+        );
+        assert_eq!(phase_counters(&run, phase), (calls, calls - panics, 0));
+    }
+    for (phase, key) in [
+        ("arrow_flush", "arrow_flush"),
+        ("pqgo_flush", "parquet_go_flush"),
+    ] {
+        assert_eq!(
+            phase_sums(&run)[phase].count,
+            t[&format!("{key}_calls")],
+            "{phase}"
+        );
+    }
+    assert_eq!(u(&run["counters"], "unmatched_returns"), 0);
+    assert_eq!(
+        u(&run["counters"], "abandoned"),
+        t["arrow_write_batch_panics"] + t["parquet_go_write_batch_panics"]
+    );
+}
+
+#[test]
 fn a_go_binary_without_symbols_is_refused_with_what_is_missing() {
     let Some(prog) = go_fixture("goparquet-nosyms") else {
         return;

@@ -168,6 +168,8 @@ struct Owner {
     key: u64,
     id: u64,
     sp: u64,
+    /// The top of the goroutine's stack (`g.stack.hi`) for a goroutine's stack, else 0.
+    hi: u64,
 }
 
 /// The owner of a hit on thread `id` with stack pointer `sp`. A Go site's stack is its
@@ -178,7 +180,12 @@ struct Owner {
 /// that uses r14 for itself), stays with the thread.
 #[inline(always)]
 fn owner_of(site: &Site, regs: &aya_ebpf::bindings::pt_regs, id: u64, sp: u64) -> Owner {
-    let thread = Owner { key: id, id, sp };
+    let thread = Owner {
+        key: id,
+        id,
+        sp,
+        hi: 0,
+    };
     if !site.go {
         return thread;
     }
@@ -194,6 +201,42 @@ fn owner_of(site: &Site, regs: &aya_ebpf::bindings::pt_regs, id: u64, sp: u64) -
         key: goroutine_key((id >> 32) as u32, g),
         id,
         sp: GO_SP_TOP - (hi - sp),
+        hi,
+    }
+}
+
+/// Frames a Go entry checks for staleness, innermost first (a panic that unwinds several
+/// open phases leaves that many).
+const GO_STALE_CHECKS: usize = 4;
+
+/// Pops the goroutine's innermost frames that a recovered panic left behind: a frame whose
+/// return-address slot (found from the goroutine's stack top `hi`, wherever the stack is now)
+/// no longer holds the return address seen at its entry is gone. A live frame's slot is never
+/// written (Go does not rewrite return addresses, and wprof puts no uretprobe on Go code);
+/// after a recover, the calls made next overwrite the unwound frames' slots. Without this, a
+/// call made deeper than the unwound frame would nest inside it (`abandon_below` only knows
+/// frames deeper than the new call are stale).
+#[inline(always)]
+fn abandon_unwound_go(st: &mut ThreadStack, hi: u64) {
+    for _ in 0..GO_STALE_CHECKS {
+        let len = st.len as usize;
+        if len == 0 || len > MAX_DEPTH {
+            break;
+        }
+        let top = &st.frames[slot(len - 1)];
+        if top.sp == 0 || top.sp > GO_SP_TOP {
+            break;
+        }
+        let at = hi.wrapping_sub(GO_SP_TOP - top.sp);
+        // SAFETY: reads 8 bytes of the goroutine's stack; a fault just yields an error.
+        let Ok(ret) = (unsafe { bpf_probe_read_user(at as *const u64) }) else {
+            break;
+        };
+        if ret == top.ret_addr {
+            break;
+        }
+        count_abandoned(top.node);
+        st.len = (len - 1) as u32;
     }
 }
 
@@ -515,6 +558,9 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
     // A live ancestor's entry stack pointer is above ours; anything below was left without
     // its return.
     abandon_below(st, who.sp, Some(ret_addr));
+    if who.hi != 0 {
+        abandon_unwound_go(st, who.hi);
+    }
     if !inside(st, site.under) {
         pc.outside_under += 1;
         if st.len == 0 {
@@ -918,6 +964,7 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         key,
         id: key,
         sp: 0,
+        hi: 0,
     };
     if role.exit == 0 {
         pc.entries += 1;
