@@ -332,6 +332,44 @@ fn a_stripped_build_resolves_through_gopclntab_and_forced_uretprobes_are_refused
 }
 
 #[test]
+fn calls_in_flight_when_an_attach_ends_are_open_not_abandoned() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = go_fixture("goparquet") else {
+        return;
+    };
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    // Far more work than the attach lasts: goroutines are inside phases when it ends.
+    let mut fixture = spawn_waiting(&prog, &["--wait", "-batches", "1000000", "-workers", "8"]);
+    release(&mut fixture);
+    let o = run(wprof()
+        .args([
+            "attach",
+            "--target",
+            "parquet-go",
+            "--duration",
+            "2s",
+            "--pid",
+        ])
+        .arg(fixture.id().to_string())
+        .arg("--json")
+        .arg(&json));
+    let _ = fixture.kill();
+    let _ = fixture.wait();
+    assert!(o.status.success(), "{}", text(&o));
+    let run = read_json(&json);
+    let c = &run["counters"];
+    // Goroutine stacks name no thread: they are open while their process lives.
+    assert!(u(c, "open_at_end") > 0, "{c}\n{}", summary(&run));
+    // At most a call or two that returned in the moment between the entry and the return
+    // probes going live.
+    assert!(u(c, "abandoned") <= 2, "{c}\n{}", summary(&run));
+}
+
+#[test]
 fn calls_left_by_a_recovered_panic_are_abandoned_and_the_tree_stays_right() {
     if !bpf_available() {
         return;

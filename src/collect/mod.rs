@@ -184,8 +184,13 @@ pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
         // A call on a thread that no longer exists can never return: it was left without a
         // return we saw (e.g. the last exception before exit). On a live thread it is open.
         let (pid, tid) = (key >> 32, key as u32);
-        let alive = std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
-            && crate::attach::process_alive(pid as u32);
+        let alive = if key & wprof_common::GOROUTINE_KEY_BIT != 0 {
+            // A goroutine's stack: its process is in the stack, the thread does not matter.
+            crate::attach::process_alive(st.tgid)
+        } else {
+            std::path::Path::new(&format!("/proc/{pid}/task/{tid}")).exists()
+                && crate::attach::process_alive(pid as u32)
+        };
         let bucket = if alive {
             &mut end.nodes.open
         } else {

@@ -164,8 +164,9 @@ pub struct PhaseCost {
 pub struct ThreadStack {
     /// Number of valid frames.
     pub len: u32,
-    /// Padding.
-    pub _pad: u32,
+    /// The process (tgid) of a goroutine's stack, whose key does not show it; 0 for a
+    /// thread's.
+    pub tgid: u32,
     /// The frames, outermost first.
     pub frames: [Frame; MAX_DEPTH],
 }

@@ -39,9 +39,9 @@ use wprof_common::{
     config, counter, goroutine_key, hist_bucket, Event, EventKind, Frame, HistKey, NodeCounters,
     NodeSummary, PhaseCost, PhaseCounters, StackEvent, ThreadStack, TracepointRole, ARG_NONE,
     ARG_RETVAL, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_UNDER_SHIFT,
-    COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, MAX_DEPTH,
-    MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES, MAX_THREADS,
-    SYS_EXIT_BIT, SYS_PHASE_SLOTS,
+    COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK,
+    GO_SP_TOP, MAX_DEPTH, MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES,
+    MAX_SUMMARY_NODES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
@@ -457,6 +457,11 @@ fn stack_for(key: u64) -> Option<&'static mut ThreadStack> {
     // SAFETY: per-CPU scratch value, exclusively ours while we run.
     let scratch = unsafe { &mut *scratch };
     scratch.len = 0;
+    scratch.tgid = if key & GOROUTINE_KEY_BIT != 0 {
+        (bpf_get_current_pid_tgid() >> 32) as u32
+    } else {
+        0
+    };
     STACKS.insert(&key, scratch, BPF_NOEXIST as u64).ok()?;
     // SAFETY: as above.
     STACKS.get_ptr_mut(&key).map(|st| unsafe { &mut *st })
