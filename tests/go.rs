@@ -101,6 +101,9 @@ fn phase_sums(run: &serde_json::Value) -> HashMap<String, PhaseSum> {
             .as_array()
             .into_iter()
             .flatten()
+            // Under a Go phase, `gc_stw` is the stop-the-world time the call sat through: no
+            // probe of its own fired inside the call.
+            .filter(|c| c["name"] != "gc_stw")
             .map(|c| {
                 c["count"].as_u64().unwrap() as f64 * pair[c["name"].as_str().unwrap()]
                     + nested(c, pair)
@@ -261,6 +264,34 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
     node(&run, &["arrow_write_batch", "arrow_flush", "pqarrow_write"]);
     node(&run, &["pqgo_write_batch", "pqgo_generic_write"]);
     assert!(sums["gc_assist"].count > 1000, "{:?}", sums["gc_assist"]);
+    // Every stop of the world is matched by its restart (two per GC cycle, and the fixture's
+    // two ReadMemStats), and the calls that sat through pauses show them under themselves,
+    // never more than the call lasted.
+    let roots = run["tree"]["roots"].as_array().unwrap();
+    let root = |name: &str| roots.iter().find(|r| r["name"] == name).unwrap();
+    let stops = u(root("gc_stw"), "count");
+    assert_eq!(stops, u(root("gc_stw_end"), "count"));
+    assert!(
+        stops >= 2 * t["gc_runs"],
+        "{stops} stops, {} GC runs",
+        t["gc_runs"]
+    );
+    fn paused(n: &serde_json::Value, found: &mut u64) {
+        for c in n["children"].as_array().into_iter().flatten() {
+            if c["name"] == "gc_stw" {
+                assert!(u(c, "total_ns") <= u(n, "total_ns"), "{c}");
+                *found += u(c, "count");
+            }
+            paused(c, found);
+        }
+    }
+    let mut paused_calls = 0;
+    for r in roots {
+        paused(r, &mut paused_calls);
+    }
+    assert!(paused_calls > 1000, "{paused_calls} calls saw a pause");
+    node(&run, &["arrow_write_batch", "gc_stw"]);
+    node(&run, &["pqgo_write_batch", "gc_stw"]);
     let total: u64 = sums.values().map(|s| s.count).sum();
     assert!(total > 200_000, "{total} calls");
     // Per-backend throughput in the text tree.

@@ -19,7 +19,16 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
-use wprof_common::{cookie, cookie_with, go_cookie, SiteKind, ARG_NONE, ARG_RETVAL};
+use wprof_common::{
+    cookie, cookie_with, go_cookie, SiteKind, ARG_NONE, ARG_RETVAL, COOKIE_STW_START_BIT,
+    COOKIE_STW_STOP_BIT,
+};
+
+/// The Go runtime function after whose return every goroutine of the process is stopped.
+const GO_STOP_THE_WORLD: &str = "runtime.stopTheWorldWithSema";
+
+/// The Go runtime function whose entry ends a stop-the-world pause.
+const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 
 pub use capabilities::{check_capabilities, missing_capabilities};
 
@@ -185,6 +194,7 @@ impl Tracer {
             &ResolvedSymbol,
             Vec<UProbeAttachPoint<'static>>,
         )> = Vec::new();
+        let mut stw_phase = None;
         for rp in phases
             .iter()
             .filter(|p| matches!(p.status, Status::Resolved))
@@ -212,6 +222,16 @@ impl Tracer {
                         c
                     }
                 };
+                // The Go runtime's stop-the-world pair: the world is stopped from the
+                // return of the one to the entry of the other.
+                let (stw_stop, stw_start) = match (t.language, t.symbol.as_str()) {
+                    (Language::Go, GO_STOP_THE_WORLD) => (COOKIE_STW_STOP_BIT, 0),
+                    (Language::Go, GO_START_THE_WORLD) => (0, COOKIE_STW_START_BIT),
+                    _ => (0, 0),
+                };
+                if stw_stop != 0 {
+                    stw_phase = Some(rp.id);
+                }
                 let mut push = |prog: &'static str, p: UProbeAttachPoint<'static>| match plan
                     .iter_mut()
                     .find(|(g, o, _)| *g == prog && o.object == t.object)
@@ -221,7 +241,10 @@ impl Tracer {
                 };
                 push(
                     self.progs.entry,
-                    point(t.entry.file_offset, go(entry_cookie(SiteKind::Entry))),
+                    point(
+                        t.entry.file_offset,
+                        go(entry_cookie(SiteKind::Entry)) | stw_start,
+                    ),
                 );
                 if uret {
                     push(
@@ -232,11 +255,15 @@ impl Tracer {
                     for s in &t.exits {
                         push(
                             self.progs.ret_site,
-                            point(s.file_offset, go(exit_cookie(SiteKind::RetSite))),
+                            point(s.file_offset, go(exit_cookie(SiteKind::RetSite)) | stw_stop),
                         );
                     }
                 }
             }
+        }
+        if let Some(id) = stw_phase {
+            // Go calls show the stop-the-world pauses they sat through under this phase.
+            self.set_config(wprof_common::config::GO_STW_PHASE, u64::from(id) + 1)?;
         }
         let scopes = scopes(pids, every_process)?;
         for (scope, pid) in scopes {

@@ -142,6 +142,31 @@ pub struct Frame {
     pub desc_probe_ns: u64,
     /// Probe hits of the completed descendant calls (entries + returns).
     pub desc_hits: u64,
+    /// Go frames: the process's stopped-the-world time so far ([`GoStw::total_ns`]) when the
+    /// call entered.
+    pub stw_at_entry: u64,
+    /// Go frames: stopped-the-world time inside the completed child calls, ns (shown under
+    /// them, not again under this call).
+    pub stw_child_ns: u64,
+}
+
+/// Bit 46 of a cookie: an exit site of `runtime.stopTheWorldWithSema`: the Go world (every
+/// goroutine of the process) is stopped from here.
+pub const COOKIE_STW_STOP_BIT: u64 = 1 << 46;
+
+/// Bit 47 of a cookie: the entry of `runtime.startTheWorldWithSema`: the world restarts.
+pub const COOKIE_STW_START_BIT: u64 = 1 << 47;
+
+/// A Go process's stop-the-world pauses, as its `runtime.stopTheWorldWithSema` returns and
+/// `runtime.startTheWorldWithSema` entries show them. Values of the `GO_STW` map, keyed by
+/// tgid.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct GoStw {
+    /// When the world stopped (CLOCK_MONOTONIC ns), 0 while it runs.
+    pub since_ns: u64,
+    /// Sum of the pauses that ended, ns.
+    pub total_ns: u64,
 }
 
 /// What one call of a phase costs in probe time, from wprof's calibration (or its fixed
@@ -291,6 +316,10 @@ pub mod config {
     /// detaching them one after another (entries first) leaves the calls in flight open
     /// instead of turning their returns into unmatched ones.
     pub const STOPPED: u32 = 5;
+    /// Phase id + 1 of the phase that stands for the Go runtime's stop-the-world pauses (its
+    /// symbol is `runtime.stopTheWorldWithSema`), 0 for none: a Go call the world was stopped
+    /// during gets a child node of that phase holding the paused time.
+    pub const GO_STW_PHASE: u32 = 6;
     /// Number of entries.
     pub const COUNT: u32 = 8;
 }

@@ -36,12 +36,13 @@ use aya_ebpf::{
     EbpfContext,
 };
 use wprof_common::{
-    config, counter, goroutine_key, hist_bucket, Event, EventKind, Frame, HistKey, NodeCounters,
-    NodeSummary, PhaseCost, PhaseCounters, StackEvent, ThreadStack, TracepointRole, ARG_NONE,
-    ARG_RETVAL, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_UNDER_SHIFT,
-    COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES, GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK,
-    GO_SP_TOP, MAX_DEPTH, MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES,
-    MAX_SUMMARY_NODES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
+    config, counter, goroutine_key, hist_bucket, Event, EventKind, Frame, GoStw, HistKey,
+    NodeCounters, NodeSummary, PhaseCost, PhaseCounters, StackEvent, ThreadStack, TracepointRole,
+    ARG_NONE, ARG_RETVAL, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_STW_START_BIT,
+    COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES,
+    GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, MAX_DEPTH, MAX_HIST_BUCKETS,
+    MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES, MAX_THREADS, SYS_EXIT_BIT,
+    SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
@@ -251,6 +252,10 @@ struct Site {
     under: u32,
     /// A Go function: goroutine stack, Go's register ABI.
     go: bool,
+    /// An exit of `runtime.stopTheWorldWithSema`: the world is stopped from here.
+    stw_stop: bool,
+    /// The entry of `runtime.startTheWorldWithSema`: the world restarts.
+    stw_start: bool,
 }
 
 #[inline(always)]
@@ -267,7 +272,47 @@ fn site_of<C: EbpfContext>(ctx: &C) -> Result<Site, ()> {
         arg: (cookie >> COOKIE_ARG_SHIFT) & COOKIE_ARG_MASK,
         under: (cookie >> COOKIE_UNDER_SHIFT) as u32 & 0xffff,
         go: cookie & COOKIE_GO_BIT != 0,
+        stw_stop: cookie & COOKIE_STW_STOP_BIT != 0,
+        stw_start: cookie & COOKIE_STW_START_BIT != 0,
     })
+}
+
+/// Stop-the-world pauses of the traced Go processes, keyed by tgid.
+#[map]
+static GO_STW: HashMap<u32, GoStw> = HashMap::with_max_entries(16_384, 0);
+
+/// The stopped-the-world time of process `tgid` so far, ns.
+#[inline(always)]
+fn stw_total(tgid: u32) -> u64 {
+    // SAFETY: a map value, read once.
+    GO_STW
+        .get_ptr(&tgid)
+        .map(|s| unsafe { (*s).total_ns })
+        .unwrap_or(0)
+}
+
+/// The world of process `tgid` stopped at `now` (`stopTheWorldWithSema` returns).
+#[inline(always)]
+fn stw_stopped(tgid: u32, now: u64) {
+    let s = GoStw {
+        since_ns: now,
+        total_ns: stw_total(tgid),
+    };
+    let _ = GO_STW.insert(&tgid, &s, BPF_ANY as u64);
+}
+
+/// The world of process `tgid` restarts at `now` (`startTheWorldWithSema` is entered): the
+/// pause is added to its total.
+#[inline(always)]
+fn stw_started(tgid: u32, now: u64) {
+    if let Some(s) = GO_STW.get_ptr_mut(&tgid) {
+        // SAFETY: one goroutine stops and starts a process's world, one at a time.
+        let s = unsafe { &mut *s };
+        if s.since_ns != 0 && now > s.since_ns {
+            s.total_ns += now - s.since_ns;
+        }
+        s.since_ns = 0;
+    }
 }
 
 /// Integer argument `n` (0-based) of the System V x86-64 calling convention.
@@ -551,6 +596,10 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
     if !wanted(id) {
         return Ok(());
     }
+    if site.stw_start {
+        // SAFETY: plain helper call.
+        stw_started((id >> 32) as u32, unsafe { bpf_ktime_get_ns() });
+    }
     let pc = phase_counters(site.phase).ok_or(())?;
     pc.entries += 1;
     // SAFETY: reads 8 bytes of the traced thread's stack; a fault just yields an error.
@@ -578,7 +627,14 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
         n if site.go => go_int_arg(regs, n - 1),
         n => int_arg(regs, n - 1),
     };
-    push_frame(st, pc, who, site.phase, ret_addr, site.uretprobe, arg)
+    // A Go call notes the world's stopped time so far: what it gained by the return is the
+    // pauses the call sat through.
+    let stw = if who.hi != 0 {
+        stw_total((id >> 32) as u32)
+    } else {
+        0
+    };
+    push_frame(st, pc, who, site.phase, ret_addr, site.uretprobe, arg, stw)
 }
 
 /// Opens a frame for `phase` on the thread's stack. Kernel phases use `sp = 0`: no user
@@ -594,6 +650,7 @@ fn push_frame(
     ret_addr: u64,
     uretprobe: bool,
     arg: u64,
+    stw: u64,
 ) -> Result<(), ()> {
     let len = st.len as usize;
     if len >= MAX_DEPTH {
@@ -619,6 +676,8 @@ fn push_frame(
     frame.arg = arg;
     frame.desc_probe_ns = 0;
     frame.desc_hits = 0;
+    frame.stw_at_entry = stw;
+    frame.stw_child_ns = 0;
     // Last, so the bookkeeping above is not counted inside the phase.
     // SAFETY: plain helper call.
     frame.start_ns = unsafe { bpf_ktime_get_ns() };
@@ -639,6 +698,9 @@ fn on_return<C: EbpfContext>(
     let id = bpf_get_current_pid_tgid();
     if !wanted(id) {
         return Ok(());
+    }
+    if site.stw_stop {
+        stw_stopped((id >> 32) as u32, now);
     }
     let pc = phase_counters(site.phase).ok_or(())?;
     let who = owner_of(&site, regs, id, sp);
@@ -708,10 +770,30 @@ fn pop_frame(
         return Err(());
     }
     let len = st.len as usize;
-    let top = st.frames[slot(len - 1)];
+    let mut top = st.frames[slot(len - 1)];
     let dur = now.saturating_sub(top.start_ns);
     let depth = len - 1;
     let cost = PHASE_COSTS.get(phase).copied().unwrap_or_default();
+    let kernel_aggregate = CONFIG.get(config::KERNEL_AGGREGATE).copied().unwrap_or(0) != 0;
+    // A Go call the world was stopped during: the pauses not already shown under its
+    // children become a child of the stop-the-world phase (per event only).
+    let mut stw = 0;
+    if who.hi != 0 {
+        stw = stw_total((who.id >> 32) as u32).saturating_sub(top.stw_at_entry);
+        let own = stw.saturating_sub(top.stw_child_ns);
+        let stw_phase = CONFIG.get(config::GO_STW_PHASE).copied().unwrap_or(0);
+        if own > 0 && stw_phase != 0 && !kernel_aggregate {
+            top.child_ns += own;
+            emit_stw(
+                &top,
+                (stw_phase - 1) as u32,
+                depth as u32 + 1,
+                own,
+                now,
+                who.id,
+            );
+        }
+    }
     let parent = if depth == 0 {
         0
     } else {
@@ -721,6 +803,7 @@ fn pop_frame(
         p.off_ns += top.off_ns;
         p.desc_probe_ns += top.desc_probe_ns + pair_ns;
         p.desc_hits += top.desc_hits + 2;
+        p.stw_child_ns += stw;
         p.node
     };
     st.len = depth as u32;
@@ -728,7 +811,7 @@ fn pop_frame(
         let _ = STACKS.remove(&who.key);
     }
     let arg = retval.unwrap_or(top.arg);
-    if CONFIG.get(config::KERNEL_AGGREGATE).copied().unwrap_or(0) != 0 {
+    if kernel_aggregate {
         aggregate_call(&top, dur, arg, cost.own_ns);
         return Ok(());
     }
@@ -752,6 +835,29 @@ fn pop_frame(
         count_lost(top.node);
     }
     Ok(())
+}
+
+/// Sends the stopped-the-world time `ns` of the Go call `top` (closing at `now`, at `depth`
+/// - 1) as a span of phase `stw_phase` under it.
+#[inline(always)]
+fn emit_stw(top: &Frame, stw_phase: u32, depth: u32, ns: u64, now: u64, id: u64) {
+    let node = node_hash(top.node, stw_phase);
+    define_node(node, top.node, stw_phase, depth, id);
+    let span = Event {
+        kind: EventKind::Span as u32,
+        phase: stw_phase,
+        pid: (id >> 32) as u32,
+        tid: id as u32,
+        node,
+        parent: top.node,
+        start_ns: now.saturating_sub(ns),
+        dur_ns: ns,
+        depth,
+        ..Event::default()
+    };
+    if !emit(span) {
+        count_lost(node);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -979,7 +1085,7 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         };
         // A kernel phase still open on top lost its exit (e.g. the exit tracepoint was missed).
         abandon_kernel_frames(st);
-        push_frame(st, pc, who, role.phase, 0, false, 0)
+        push_frame(st, pc, who, role.phase, 0, false, 0, 0)
     } else {
         let st = returning_stack(pc, key, true)?;
         pop_frame(st, pc, who, role.phase, now, None)
