@@ -451,15 +451,7 @@ impl Aggregator {
         let phase = split.phase_name(names);
         let (children, roots) = self.shape();
         let none = EndCounters::default();
-        let build = Builder {
-            off_cpu: self.off_cpu,
-            defs: &self.defs,
-            children: &children,
-            names,
-            roles,
-            units: &self.units,
-            end: &none,
-        };
+        let build = self.builder(&children, names, roles, &none);
         Some(split.finish(phase, &build, &roots))
     }
 
@@ -578,15 +570,7 @@ impl Aggregator {
         };
         let (children, roots) = self.shape();
         let none = EndCounters::default();
-        let build = Builder {
-            off_cpu: self.off_cpu,
-            defs: &self.defs,
-            children: &children,
-            names,
-            roles,
-            units: &self.units,
-            end: &none,
-        };
+        let build = self.builder(&children, names, roles, &none);
         let mut out: Vec<ProcessTree> = per_pid
             .into_iter()
             .map(|(pid, mut stats)| {
@@ -608,6 +592,25 @@ impl Aggregator {
             .collect();
         out.sort_by_key(|p| p.pid);
         out
+    }
+
+    /// A tree builder over this run's node definitions.
+    fn builder<'a>(
+        &'a self,
+        children: &'a NodeMap<Vec<u64>>,
+        names: &'a [String],
+        roles: &'a [Option<String>],
+        end: &'a EndCounters,
+    ) -> Builder<'a> {
+        Builder {
+            off_cpu: self.off_cpu,
+            defs: &self.defs,
+            children,
+            names,
+            roles,
+            units: &self.units,
+            end,
+        }
     }
 
     /// Children of every node and the roots, from the node definitions.
