@@ -111,8 +111,7 @@ impl Splitter {
                     self.unattributed += 1;
                     continue;
                 }
-                let own_ns = own.map(|o| o.get(s.phase as usize).copied().unwrap_or(0));
-                stats.entry(s.node).or_default().add(s, own_ns);
+                stats.entry(s.node).or_default().add(s, own);
                 *added += 1;
             }
         }

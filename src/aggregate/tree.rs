@@ -71,18 +71,18 @@ impl Default for NodeStats {
 }
 
 impl NodeStats {
-    /// Adds one completed call; `own_ns` is the part of the phase's own probe cost that falls
-    /// inside its window, None when the run does not correct. In-kernel aggregation does the
+    /// Adds one completed call; `own_ns[phase id]` is the part of each phase's own probe cost
+    /// that falls inside its window, None when the run does not correct. In-kernel aggregation does the
     /// same arithmetic in BPF (probes/ebpf `aggregate_call`): keep the two in step.
     #[inline]
-    pub(super) fn add(&mut self, ev: &Event, own_ns: Option<u64>) {
+    pub(super) fn add(&mut self, ev: &Event, own_ns: Option<&[u64]>) {
         self.count += 1;
         self.total_ns += ev.dur_ns;
         self.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
         self.off_ns += ev.off_ns;
         self.arg_sum = self.arg_sum.saturating_add(ev.arg);
         self.hist.saturating_record(ev.dur_ns.max(1));
-        if let Some(own) = own_ns {
+        if let Some(own) = own_ns.map(|o| o.get(ev.phase as usize).copied().unwrap_or(0)) {
             let removed = (own + ev.desc_probe_ns).min(ev.dur_ns);
             let c = self.corrected.get_or_insert_with(CorrectedStats::new);
             c.total_ns += ev.dur_ns - removed;
@@ -348,10 +348,7 @@ impl Aggregator {
             if let Some(s) = &mut self.split {
                 s.span(ev, self.own_probe_ns.as_deref());
             }
-            let own = self
-                .own_probe_ns
-                .as_ref()
-                .map(|o| o.get(ev.phase as usize).copied().unwrap_or(0));
+            let own = self.own_probe_ns.as_deref();
             self.stats.entry(ev.node).or_default().add(ev, own);
             if let Some(p) = &mut self.per_pid {
                 p.entry(ev.pid)

@@ -78,6 +78,27 @@ pub struct ClassCost {
     pub error_ns: f64,
 }
 
+impl ClassCost {
+    /// The return mode as phases and JSON spell it: `uretprobe` or `ret-sites`.
+    pub fn return_mode(&self) -> &'static str {
+        if self.uretprobe {
+            ReturnMode::Uretprobe.as_str()
+        } else {
+            ReturnMode::RetSites.as_str()
+        }
+    }
+
+    /// How outputs name the combination, e.g. `emulated+uretprobe`, `single-step+ret-site`.
+    pub fn label(&self) -> String {
+        let ret = if self.uretprobe {
+            "uretprobe"
+        } else {
+            "ret-site"
+        };
+        format!("{}+{ret}", class_name(self.entry))
+    }
+}
+
 /// The costs of one call of a phase, as used to correct its times.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct PhaseCosts {

@@ -52,24 +52,10 @@ fn write_units(run: &Run, out: &mut String) {
 /// and the error; only the classes the run's phases use.
 fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String) {
     let used = |k: &crate::probe_cost::ClassCost| {
-        let (class, mode) = (
-            crate::probe_cost::class_name(k.entry),
-            if k.uretprobe {
-                "uretprobe"
-            } else {
-                "ret-sites"
-            },
-        );
+        let class = crate::probe_cost::class_name(k.entry);
         run.phases
             .iter()
-            .any(|p| p.entry_cost == class && p.return_mode == mode && p.entries > 0)
-    };
-    let name = |k: &crate::probe_cost::ClassCost| {
-        format!(
-            "{}+{}",
-            crate::probe_cost::class_name(k.entry),
-            if k.uretprobe { "uretprobe" } else { "ret-site" }
-        )
+            .any(|p| p.entry_cost == class && p.return_mode == k.return_mode() && p.entries > 0)
     };
     let start: Vec<String> = c
         .classes
@@ -78,7 +64,7 @@ fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String)
         .map(|k| {
             format!(
                 "{} {} a call ({} inside it) ±{}",
-                name(k),
+                k.label(),
                 format_ns(k.pair_ns),
                 format_ns(k.own_ns),
                 format_ns(k.error_ns)
@@ -109,7 +95,7 @@ fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String)
             let moved = k.pair_ns - before;
             format!(
                 "{} {} ({}{})",
-                name(k),
+                k.label(),
                 format_ns(k.pair_ns),
                 if moved < 0.0 { "−" } else { "+" },
                 format_ns(moved.abs())

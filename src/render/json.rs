@@ -476,12 +476,7 @@ impl From<&ClassCost> for ClassCostJ {
     fn from(k: &ClassCost) -> Self {
         ClassCostJ {
             entry: probe_cost::class_name(k.entry).to_string(),
-            return_mode: if k.uretprobe {
-                "uretprobe"
-            } else {
-                "ret-sites"
-            }
-            .to_string(),
+            return_mode: k.return_mode().to_string(),
             pair_ns: k.pair_ns,
             own_ns: k.own_ns,
             error_ns: k.error_ns,

@@ -158,9 +158,8 @@ fn summary(m: &Measured, phases: &[ResolvedPhase]) -> String {
         })
         .map(|c| {
             format!(
-                "{}+{} {:.2} µs ({:.2} inside its own call) ±{:.2}",
-                probe_cost::class_name(c.entry),
-                if c.uretprobe { "uretprobe" } else { "ret-site" },
+                "{} {:.2} µs ({:.2} inside its own call) ±{:.2}",
+                c.label(),
                 c.pair_ns / 1e3,
                 c.own_ns / 1e3,
                 c.error_ns / 1e3
