@@ -19,11 +19,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::process::Command;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::pg::{self, Pg, Session};
@@ -91,70 +89,12 @@ fn server_with_extension(variant: &Path) -> (Pg, Session) {
     (pg, s)
 }
 
-/// A running `wprof attach` whose stderr is kept.
-struct Attach {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Attach {
-    /// `wprof attach --target pgrx-merge --pid PID ARGS`, once its probes are live.
-    fn start(pid: u32, args: &[&str]) -> Attach {
-        let mut child = wprof()
-            .args([
-                "attach",
-                "--target",
-                "pgrx-merge",
-                "--pid",
-                &pid.to_string(),
-            ])
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start wprof");
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = mpsc::channel();
-        let reader = BufReader::new(child.stderr.take().expect("stderr"));
-        let keep = stderr.clone();
-        std::thread::spawn(move || {
-            for line in reader.lines() {
-                let Ok(line) = line else { break };
-                if line.contains("wprof: attached") {
-                    let _ = tx.send(());
-                }
-                keep.lock().unwrap().push_str(&(line + "\n"));
-            }
-        });
-        if rx.recv_timeout(Duration::from_secs(90)).is_err() {
-            let _ = child.kill();
-            panic!("wprof did not attach:\n{}", stderr.lock().unwrap());
-        }
-        Attach { child, stderr }
-    }
-
-    /// SIGINT, then (stdout, stderr); wprof must exit 0.
-    fn stop(mut self) -> (String, String) {
-        // SAFETY: kill has no memory-safety preconditions.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.child.try_wait().expect("wait").is_none() {
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("wprof did not end:\n{}", self.stderr.lock().unwrap());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = self.child.wait_with_output().expect("wprof output");
-        std::thread::sleep(Duration::from_millis(100));
-        let err = self.stderr.lock().unwrap().clone();
-        assert!(
-            out.status.success(),
-            "wprof exited {:?}:\n{err}",
-            out.status
-        );
-        (String::from_utf8_lossy(&out.stdout).into_owned(), err)
-    }
+/// `wprof attach --target pgrx-merge --pid PID ARGS --json JSON`, once its probes are live.
+fn attach_pgrx(pid: u32, args: &[&str], json: &Path) -> Attach {
+    let pid = pid.to_string();
+    let mut all = vec!["--target", "pgrx-merge", "--pid", &pid];
+    all.extend(args);
+    Attach::start(&all, json)
 }
 
 /// The extension's `[PGS_PROFILE]` line among a statement's output, as key → value (`ms`
@@ -243,14 +183,10 @@ fn a_refresh_cycle_is_four_phases_matching_the_extensions_own_timers() {
     let out = tempdir();
     let json = out.path().join("run.json");
     let csv = out.path().join("cycles.csv");
-    let w = Attach::start(
+    let w = attach_pgrx(
         s.backend_pid,
-        &[
-            "--json",
-            json.to_str().expect("utf-8"),
-            "--events",
-            csv.to_str().expect("utf-8"),
-        ],
+        &["--events", csv.to_str().expect("utf-8")],
+        &json,
     );
     let mut truth: Vec<BTreeMap<String, String>> = Vec::new();
     for c in 1..=CYCLES {
@@ -370,7 +306,7 @@ fn an_error_inside_rust_leaves_the_backend_alive_and_the_tree_consistent() {
     let backend = s.backend_pid;
     let out = tempdir();
     let json = out.path().join("run.json");
-    let w = Attach::start(backend, &["--json", json.to_str().expect("utf-8")]);
+    let w = attach_pgrx(backend, &[], &json);
     let mut c = 0;
     let mut good = |s: &mut Session| {
         c += 1;
@@ -500,7 +436,7 @@ fn the_same_profile_resolves_and_traces_the_v0_mangled_build() {
     let (_pg, mut s) = server_with_extension(&dir.join("v0"));
     let out = tempdir();
     let json = out.path().join("run.json");
-    let w = Attach::start(s.backend_pid, &["--json", json.to_str().expect("utf-8")]);
+    let w = attach_pgrx(s.backend_pid, &[], &json);
     for c in 1..=5 {
         s.ok(&format!("SELECT cycle_changes({c});"));
         profile_line(&s.ok("SELECT refresh('st_src');"));
@@ -602,15 +538,7 @@ fn a_forced_uretprobe_on_the_unwound_frames_kills_the_backend() {
     let (pg, mut s) = server_with_extension(&dir.join("legacy"));
     let out = tempdir();
     let json = out.path().join("run.json");
-    let w = Attach::start(
-        s.backend_pid,
-        &[
-            "--return",
-            "uretprobe",
-            "--json",
-            json.to_str().expect("utf-8"),
-        ],
-    );
+    let w = attach_pgrx(s.backend_pid, &["--return", "uretprobe"], &json);
     s.ok("SELECT cycle_changes(1);");
     profile_line(&s.ok("SELECT refresh('st_src');"));
     s.ok("SELECT cycle_changes(2);");

@@ -6,9 +6,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+mod attach_run;
 mod fixture_run;
 pub mod pg;
 
+#[allow(unused_imports)] // not every test binary uses the fixture helpers
+pub use attach_run::Attach;
 #[allow(unused_imports)] // not every test binary uses the fixture helpers
 pub use fixture_run::*;
 
