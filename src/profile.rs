@@ -95,6 +95,49 @@ pub struct Phase {
     pub unit: Option<String>,
     /// Count only calls made inside this other phase (calls elsewhere are left out in BPF).
     pub under: Option<String>,
+    /// Group the calls by a string argument (`{ arg = 0 }`, `{ arg = 0, type = "str" }`):
+    /// one node, with its own subtree, per distinct text, literals folded.
+    pub group_by: Option<GroupBy>,
+}
+
+/// A string argument a phase groups its calls by (`group_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupBy {
+    /// Argument index (0-based), as for `arg`.
+    pub arg: u8,
+    /// How the string is passed.
+    #[serde(default, rename = "type")]
+    pub kind: StringArg,
+}
+
+/// How a string argument is passed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StringArg {
+    /// A NUL-terminated `const char *` (C, C++).
+    #[default]
+    Cstr,
+    /// A pointer at `arg` and a length at `arg + 1`: a Rust `&str`, a Go `string`.
+    Str,
+}
+
+impl StringArg {
+    /// The spelling used in profiles.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StringArg::Cstr => "cstr",
+            StringArg::Str => "str",
+        }
+    }
+
+    /// Argument registers the string takes.
+    pub fn registers(self) -> u8 {
+        match self {
+            StringArg::Cstr => 1,
+            StringArg::Str => 2,
+        }
+    }
 }
 
 /// What a phase captures per call (its `arg`).
@@ -257,6 +300,25 @@ impl Profile {
                     return err(format!(
                         "phase '{}': arg is supported on symbol phases only",
                         p.name
+                    ));
+                }
+            }
+            if let Some(g) = &p.group_by {
+                if p.symbol.is_none() {
+                    return err(format!(
+                        "phase '{}': group_by is supported on symbol phases only",
+                        p.name
+                    ));
+                }
+                if g.arg + g.kind.registers() > 9 {
+                    return err(format!(
+                        "phase '{}': group_by arg = {} with type = \"{}\" needs argument \
+                         registers up to {}; there are 0-5 (System V x86-64) and 0-8 for Go \
+                         functions",
+                        p.name,
+                        g.arg,
+                        g.kind.as_str(),
+                        g.arg + g.kind.registers() - 1
                     ));
                 }
             }

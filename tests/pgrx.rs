@@ -125,7 +125,8 @@ fn at<'a>(run: &'a Value, path: &[&str]) -> &'a Value {
     node(run, path)
 }
 
-/// Every path of the tree (names joined by '/') with its completed and abandoned calls.
+/// Every path of the tree (names joined by '/') with its completed and abandoned calls,
+/// the statements of a grouped phase added up.
 fn shape(run: &Value) -> BTreeMap<String, (u64, u64)> {
     fn walk(n: &Value, path: &str, out: &mut BTreeMap<String, (u64, u64)>) {
         let p = if path.is_empty() {
@@ -133,7 +134,9 @@ fn shape(run: &Value) -> BTreeMap<String, (u64, u64)> {
         } else {
             format!("{path}/{}", n["name"].as_str().unwrap_or("?"))
         };
-        out.insert(p.clone(), (u(n, "count"), u(n, "abandoned")));
+        // Grouped siblings (`group_by`: one node per statement) add up under their phase.
+        let e = out.entry(p.clone()).or_insert((0, 0));
+        *e = (e.0 + u(n, "count"), e.1 + u(n, "abandoned"));
         for c in n["children"].as_array().into_iter().flatten() {
             walk(c, &p, out);
         }
@@ -565,4 +568,137 @@ fn a_forced_uretprobe_on_the_unwound_frames_kills_the_backend() {
     // The good refresh before it was traced.
     let run = read_json(&json);
     assert_eq!(u(at(&run, &["refresh"]), "count"), 1, "{}", summary(&run));
+}
+
+/// The grouped children named `phase` of the node at `path`: key → (completed, abandoned).
+fn statements(run: &Value, path: &[&str], phase: &str) -> BTreeMap<String, (u64, u64)> {
+    at(run, path)["children"]
+        .as_array()
+        .expect("children")
+        .iter()
+        .filter(|c| c["name"] == phase)
+        .map(|c| {
+            let key = c["key"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{phase} under {path:?} has no key: {c}"));
+            (key.to_string(), (u(c, "count"), u(c, "abandoned")))
+        })
+        .collect()
+}
+
+/// Each SPI statement and each MERGE statement is a node of its own (`group_by` on the SQL
+/// text: a C string for SPI_execute, a Rust `&str` for execute_merge), literals folded: the
+/// pending-changes count and the cleanup embed a new frontier every cycle and stay one node
+/// each, while the MERGE a failing refresh builds (another statement) gets its own. The same
+/// in both aggregation modes, since the grouping happens in BPF.
+#[test]
+fn statements_group_the_merge_and_spi_phases_literals_folded() {
+    let Some((_g, dir)) = ready() else { return };
+    let (_pg, mut s) = server_with_extension(&dir.join("legacy"));
+    let mut cycle = 0;
+    for mode in ["event", "kernel"] {
+        let out = tempdir();
+        let json = out.path().join("run.json");
+        let w = attach_pgrx(s.backend_pid, &["--aggregate", mode], &json);
+        // Good cycles, a failing MERGE, a good one (whose first probe finds the failed
+        // frames abandoned).
+        let mut refresh = |args: &str| {
+            cycle += 1;
+            s.ok(&format!("SELECT cycle_changes({cycle});"));
+            s.exec(&format!("SELECT refresh('st_src'{args});"))
+        };
+        for _ in 0..GROUPED_CYCLES {
+            profile_line(&refresh(""));
+        }
+        let err = refresh(", fail => 'merge'");
+        assert!(err.iter().any(|l| l.contains("ERROR")), "{err:?}");
+        profile_line(&refresh(""));
+        let (stdout, stderr) = w.stop();
+        let run = read_json(&json);
+        let sum = summary(&run);
+        // Good cycles.
+        let n = GROUPED_CYCLES + 1;
+
+        let merges = statements(&run, &["refresh"], "merge");
+        let good = r#"MERGE INTO "st_src" AS t USING (WITH __pgt_changes AS (SELECT"#;
+        let bad = r#"MERGE INTO "st_src" AS t USING (SELECT * FROM (WITH __pgt_changes AS"#;
+        assert_eq!(merges.len(), 2, "{mode}: {merges:?}\n{sum}");
+        for (key, want) in [(good, (n, 0)), (bad, (0, 1))] {
+            let (_, got) = merges
+                .iter()
+                .find(|(k, _)| k.starts_with(key))
+                .unwrap_or_else(|| panic!("{mode}: no MERGE node {key}…: {merges:?}"));
+            assert_eq!(*got, want, "{mode}: {key}");
+        }
+        assert!(
+            merges.keys().all(|k| k.ends_with('…')),
+            "{mode}: the statements are longer than the 128 bytes grouped: {merges:?}"
+        );
+
+        let decision = statements(&run, &["refresh", "decision"], "spi_execute");
+        let pending = r#"SELECT count(*)::bigint, coalesce(max(lsn), ?)::bigint FROM "changes_src" WHERE lsn > ?"#;
+        assert_eq!(decision.len(), 3, "{mode}: {decision:?}");
+        assert_eq!(
+            decision.get(pending),
+            Some(&(n + 1, 0)),
+            "{mode}: {decision:?}"
+        );
+        assert!(decision.values().all(|c| *c == (n + 1, 0)), "{decision:?}");
+
+        let cleanup = statements(&run, &["refresh", "cleanup"], "spi_execute");
+        let want = BTreeMap::from([
+            (
+                r#"DELETE FROM "changes_src" WHERE lsn <= ?"#.to_string(),
+                (n, 0),
+            ),
+            (
+                "UPDATE pgt_stream_tables SET frontier = ?, refreshed = refreshed + ? WHERE \
+                 name = ?"
+                    .to_string(),
+                (n, 0),
+            ),
+        ]);
+        assert_eq!(cleanup, want, "{mode}\n{sum}");
+        // Each statement has its own planning and execution below it.
+        let delete = run_node_with_key(&run, r#"DELETE FROM "changes_src" WHERE lsn <= ?"#);
+        assert_eq!(u(child(delete, "planning"), "count"), n, "{mode}");
+        // The tree shows the statement next to the phase.
+        assert!(
+            stdout.contains(r#"spi_execute [DELETE FROM "changes_src" WHERE lsn <= ?]"#),
+            "{mode}:\n{stdout}\n{stderr}"
+        );
+        assert!(
+            stdout.contains(r#"merge [MERGE INTO "st_src" AS t USING (WITH __pgt_chan…]"#),
+            "{mode}:\n{stdout}"
+        );
+    }
+}
+
+/// Cycles of the grouping test, per aggregation mode, before its failing one.
+const GROUPED_CYCLES: u64 = 3;
+
+/// The first node of the tree whose key is `key`.
+fn run_node_with_key<'a>(run: &'a Value, key: &str) -> &'a Value {
+    fn find<'a>(n: &'a Value, key: &str) -> Option<&'a Value> {
+        if n["key"] == key {
+            return Some(n);
+        }
+        n["children"].as_array()?.iter().find_map(|c| find(c, key))
+    }
+    run["tree"]["roots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find_map(|r| find(r, key))
+        .unwrap_or_else(|| panic!("no node with key {key}"))
+}
+
+/// The child of `n` named `name`.
+fn child<'a>(n: &'a Value, name: &str) -> &'a Value {
+    n["children"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no child {name} in {n}"))
 }

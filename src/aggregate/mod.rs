@@ -19,6 +19,6 @@ pub use calls::{CallRow, CallTable, SpanLog, SpanRecord, DEFAULT_MAX_CALLS, DEFA
 pub use histogram::{new_histogram, LatencyHistogram};
 pub use split::SplitTrees;
 pub use tree::{
-    Aggregator, Corrected, EndCounters, NodeSnapshot, PhaseTree, ProcessTree, TreeNode, UnitSpec,
-    Units,
+    keyed_name, Aggregator, Corrected, EndCounters, NodeSnapshot, PhaseTree, ProcessTree, TreeNode,
+    UnitSpec, Units,
 };

@@ -5,6 +5,7 @@
 //! end of the run, with the stacks read from BPF and a [`FrameNamer`] to name their frames, a
 //! [`StackProfile`] of folded lines `phase;...;phase;user frames;kernel frames weight`.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use wprof_common::{EventKind, StackEvent, MAX_PENDING_RETURNS};
@@ -135,7 +136,7 @@ pub trait FrameNamer {
 pub fn fold<'n>(
     counts: &StackCounts,
     stacks: &HashMap<u32, Vec<u64>>,
-    path_of: impl Fn(u64) -> Vec<&'n str>,
+    path_of: impl Fn(u64) -> Vec<Cow<'n, str>>,
     namer: &mut dyn FrameNamer,
 ) -> Vec<FoldedStack> {
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
@@ -154,7 +155,7 @@ pub fn fold<'n>(
             if path.is_empty() {
                 vec!["[unknown phase]".to_string()]
             } else {
-                path.into_iter().map(str::to_string).collect()
+                path.into_iter().map(Cow::into_owned).collect()
             }
         };
         let kernel = namer.kernel_frames(lookup(key.kernel_stack));
@@ -240,7 +241,13 @@ mod tests {
         assert!(a.take_new_pids().is_empty());
         assert_eq!(a.stack_ids().into_iter().collect::<Vec<_>>(), [1, 2]);
         let stacks = HashMap::from([(1, vec![0x10, 0x20]), (2, vec![0xa, 0xb])]);
-        let path = |n: u64| if n == 5 { vec!["w", "sync"] } else { vec![] };
+        let path = |n: u64| {
+            if n == 5 {
+                vec![Cow::Borrowed("w"), Cow::Borrowed("sync")]
+            } else {
+                vec![]
+            }
+        };
         let cpu = fold(&a.cpu, &stacks, path, &mut Hex);
         assert_eq!(
             cpu,

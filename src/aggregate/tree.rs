@@ -1,5 +1,6 @@
 //! Building the phase tree from node definitions and spans.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
@@ -148,6 +149,8 @@ pub struct Aggregator {
     maps_changed: Vec<(u32, u64)>,
     /// The root calls split by a phase (`--split-by`).
     split: Option<Splitter>,
+    /// Grouped nodes (`group_by`): the folded string each stands for.
+    keys: NodeMap<String>,
 }
 
 /// One node's cumulative figures at a point of a run (`--interval` snapshots).
@@ -183,6 +186,9 @@ pub struct TreeNode {
     pub phase: u32,
     /// Phase name.
     pub name: String,
+    /// The string the node's calls were grouped by (`group_by`), literals folded; None for
+    /// an ungrouped phase.
+    pub key: Option<String>,
     /// Phase role, if the profile gives one.
     pub role: Option<String>,
     /// Completed calls.
@@ -210,12 +216,27 @@ pub struct TreeNode {
     pub children: Vec<TreeNode>,
 }
 
+/// How a grouped node (`group_by`) is named in paths and flame graphs: `name [key]`.
+pub fn keyed_name(name: &str, key: &str) -> String {
+    format!("{name} [{key}]")
+}
+
 impl TreeNode {
+    /// The node's name with its grouping string, `name [key]` (just `name` when ungrouped):
+    /// what tells grouped siblings apart in paths, flame graphs and comparisons.
+    pub fn label(&self) -> Cow<'_, str> {
+        match &self.key {
+            Some(k) => Cow::Owned(keyed_name(&self.name, k)),
+            None => Cow::Borrowed(&self.name),
+        }
+    }
+
     /// A node with no calls yet.
     pub fn empty(phase: u32, name: String, role: Option<String>) -> TreeNode {
         TreeNode {
             phase,
             name,
+            key: None,
             role,
             count: 0,
             total_ns: 0,
@@ -457,6 +478,11 @@ impl Aggregator {
         self.per_pid.get_or_insert_with(HashMap::new);
     }
 
+    /// Names grouped nodes (`group_by`): (node, folded string), as the collector read them.
+    pub fn add_keys(&mut self, keys: Vec<(u64, String)>) {
+        self.keys.extend(keys);
+    }
+
     /// Forks of traced processes seen since the last call: (child, parent), in order.
     pub fn take_forks(&mut self) -> Vec<(u32, u32)> {
         std::mem::take(&mut self.forks)
@@ -482,11 +508,15 @@ impl Aggregator {
     }
 
     /// The phase names from the root down to `node` (empty if the node is unknown).
-    pub fn path_of<'n>(&self, mut node: u64, names: &'n [String]) -> Vec<&'n str> {
+    pub fn path_of<'n>(&self, mut node: u64, names: &'n [String]) -> Vec<Cow<'n, str>> {
         let mut parts = Vec::new();
         for _ in 0..=wprof_common::MAX_DEPTH {
             let Some(d) = self.defs.get(&node) else { break };
-            parts.push(names.get(d.phase as usize).map_or("?", String::as_str));
+            let name = names.get(d.phase as usize).map_or("?", String::as_str);
+            parts.push(match self.keys.get(&node) {
+                Some(k) => Cow::Owned(keyed_name(name, k)),
+                None => Cow::Borrowed(name),
+            });
             node = d.parent;
         }
         parts.reverse();
@@ -602,6 +632,7 @@ impl Aggregator {
         Builder {
             off_cpu: self.off_cpu,
             defs: &self.defs,
+            keys: &self.keys,
             children,
             names,
             roles,
@@ -638,6 +669,7 @@ impl Aggregator {
             events,
             off_cpu: self_off_cpu,
             units,
+            keys,
             ..
         } = self;
         let orphan_spans = stats
@@ -648,6 +680,7 @@ impl Aggregator {
         let build = Builder {
             off_cpu: self_off_cpu,
             defs: &defs,
+            keys: &keys,
             children: &children,
             names,
             roles,
@@ -670,6 +703,7 @@ impl Aggregator {
 pub(super) struct Builder<'a> {
     off_cpu: bool,
     defs: &'a NodeMap<NodeDef>,
+    keys: &'a NodeMap<String>,
     children: &'a NodeMap<Vec<u64>>,
     names: &'a [String],
     roles: &'a [Option<String>],
@@ -687,6 +721,7 @@ impl Builder<'_> {
             .unwrap_or_else(|| format!("phase#{phase}"));
         let role = self.roles.get(phase as usize).cloned().flatten();
         let mut t = TreeNode::empty(phase, name, role);
+        t.key = self.keys.get(&node).cloned();
         if let Some(s) = stats.remove(&node) {
             t.count = s.count;
             t.total_ns = s.total_ns;

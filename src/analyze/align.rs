@@ -88,8 +88,12 @@ pub struct Keyed {
 /// The key element of a node.
 fn key_of(n: &TreeNode, by: AlignBy) -> String {
     match by {
-        AlignBy::Phase => n.name.clone(),
-        AlignBy::Role => n.role.clone().unwrap_or_else(|| n.name.clone()),
+        AlignBy::Phase => n.label().into_owned(),
+        AlignBy::Role => match (&n.role, &n.key) {
+            (Some(r), Some(k)) => crate::aggregate::keyed_name(r, k),
+            (Some(r), None) => r.clone(),
+            (None, _) => n.label().into_owned(),
+        },
     }
 }
 
@@ -103,7 +107,7 @@ pub fn key_tree(tree: &PhaseTree, by: AlignBy) -> Keyed {
         out: &mut Keyed,
     ) {
         key.push(key_of(n, by));
-        names.push(n.name.clone());
+        names.push(n.label().into_owned());
         match out.nodes.get_mut(key.as_slice()) {
             Some(s) => s.merge(n),
             None => {

@@ -33,7 +33,7 @@ const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 pub use capabilities::{check_capabilities, missing_capabilities};
 
 use crate::error::WprofError;
-use crate::profile::{Capture, ReturnMode};
+use crate::profile::{Capture, ReturnMode, StringArg};
 use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol, Status};
 
 /// The eBPF object built from probes/ebpf by build.rs.
@@ -187,6 +187,7 @@ impl Tracer {
             // must come as spans).
             self.aggregate_in_kernel()?;
         }
+        self.set_phase_keys(phases)?;
         let mut summary = AttachSummary::default();
         // (program, object) -> points, in phase order.
         let mut plan: Vec<(
@@ -211,7 +212,13 @@ impl Tracer {
                 .as_ref()
                 .and_then(|u| phases.iter().find(|q| &q.phase.name == u).map(|q| q.id + 1));
             let under = under.unwrap_or(0);
-            let entry_cookie = |kind| cookie_with(cookie(rp.id, kind, uret), entry_arg, under);
+            let keyed = if rp.phase.group_by.is_some() {
+                wprof_common::COOKIE_KEY_BIT
+            } else {
+                0
+            };
+            let entry_cookie =
+                |kind| cookie_with(cookie(rp.id, kind, uret), entry_arg, under) | keyed;
             let exit_cookie = |kind| cookie_with(cookie(rp.id, kind, uret), exit_arg, under);
             for t in &rp.targets {
                 // A Go function's phase stack is its goroutine's (see wprof_common::COOKIE_GO_BIT).
@@ -350,6 +357,29 @@ impl Tracer {
             let zeros = aya::maps::PerCpuValues::try_from(vec![0u64; cpus.get() as usize])?;
             map.set(i, zeros, 0)
                 .with_context(|| format!("reset BPF counter {i}"))?;
+        }
+        Ok(())
+    }
+
+    /// Tells BPF which string argument each `group_by` phase keys its calls by.
+    fn set_phase_keys(&mut self, phases: &[ResolvedPhase]) -> Result<()> {
+        let mut map: aya::maps::Array<_, wprof_common::PhaseKey> = aya::maps::Array::try_from(
+            self.ebpf
+                .map_mut("PHASE_KEYS")
+                .context("BPF object has no PHASE_KEYS map")?,
+        )?;
+        for rp in phases {
+            if let Some(g) = rp.phase.group_by {
+                let key = wprof_common::PhaseKey {
+                    arg: g.arg.into(),
+                    kind: match g.kind {
+                        StringArg::Cstr => wprof_common::key::KEY_CSTR,
+                        StringArg::Str => wprof_common::key::KEY_PTR_LEN,
+                    },
+                };
+                map.set(rp.id, &key, 0)
+                    .with_context(|| format!("set the group_by of phase {}", rp.phase.name))?;
+            }
         }
         Ok(())
     }

@@ -6,13 +6,14 @@
 //! with in-kernel aggregation also the per-node summaries and histograms ([`kernel`]).
 
 pub mod kernel;
+pub mod keys;
 
 use std::os::fd::{AsRawFd, RawFd};
 
 use anyhow::{Context, Result};
 use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap};
 use wprof_common::{
-    counter, Event, EventKind, NodeCounters, PhaseCounters, StackEvent, ThreadStack,
+    counter, Event, EventKind, NodeCounters, NodeKey, PhaseCounters, StackEvent, ThreadStack,
 };
 
 use crate::aggregate::EndCounters;
@@ -21,6 +22,8 @@ use crate::attach::Tracer;
 /// Reads span and node events from the ring buffer.
 pub struct Collector {
     ring: RingBuf<MapData>,
+    /// Grouped nodes' strings read since the last [`Collector::take_keys`].
+    keys: Vec<(u64, String)>,
 }
 
 /// Counters read from BPF when the run ends.
@@ -76,7 +79,16 @@ impl Collector {
             .take_map("EVENTS")
             .context("BPF object has no EVENTS map")?;
         let ring = RingBuf::try_from(map).context("EVENTS is not a ring buffer")?;
-        Ok(Collector { ring })
+        Ok(Collector {
+            ring,
+            keys: Vec::new(),
+        })
+    }
+
+    /// The strings of the grouped nodes (`group_by`) defined since the last call: (node,
+    /// folded text). Hand them to the aggregator after each drain.
+    pub fn take_keys(&mut self) -> Vec<(u64, String)> {
+        std::mem::take(&mut self.keys)
     }
 
     /// File descriptor to poll for readability.
@@ -98,12 +110,18 @@ impl Collector {
         const OFF_CPU: u32 = EventKind::OffCpu as u32;
         const FORK: u32 = EventKind::Fork as u32;
         const MAPS_CHANGED: u32 = EventKind::MapsChanged as u32;
+        const NODE_KEY: u32 = EventKind::NodeKey as u32;
         while let Some(item) = self.ring.next() {
             match record_kind(&item) {
                 Some(SPAN | NODE_DEF | FORK | MAPS_CHANGED) => {
                     read(&item).iter().for_each(&mut sink)
                 }
                 Some(CPU_SAMPLE | OFF_CPU) => read(&item).iter().for_each(&mut stacks),
+                Some(NODE_KEY) => {
+                    if let Some(k) = read::<NodeKey>(&item) {
+                        self.keys.push((k.node, keys::folded(&k)));
+                    }
+                }
                 _ => {}
             }
             n += 1;

@@ -19,7 +19,7 @@ pub fn folded(tree: &PhaseTree) -> String {
 }
 
 fn fold(node: &TreeNode, path: &mut Vec<String>, out: &mut String) {
-    path.push(frame_name(&node.name));
+    path.push(frame_name(&node.label()));
     if node.self_ns > 0 {
         out.push_str(&path.join(";"));
         out.push(' ');

@@ -559,6 +559,8 @@ struct UnitsJ {
 #[derive(Serialize, Deserialize)]
 struct NodeJ {
     name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
     phase: u32,
     role: Option<String>,
     count: u64,
@@ -821,6 +823,7 @@ impl From<&TreeNode> for NodeJ {
         let h = &n.hist;
         NodeJ {
             name: n.name.clone(),
+            key: n.key.clone(),
             phase: n.phase,
             role: n.role.clone(),
             count: n.count,
@@ -880,6 +883,7 @@ impl NodeJ {
         Ok(TreeNode {
             phase: self.phase,
             name: self.name,
+            key: self.key,
             role: self.role,
             count: self.count,
             total_ns: self.total_ns,

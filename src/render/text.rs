@@ -442,7 +442,7 @@ fn walk(
         ]
     });
     rows.push(Row::Node {
-        label: format!("{label_prefix}{}", node.name),
+        label: format!("{label_prefix}{}", shown_name(node)),
         is_root: parent_total.is_none(),
         per_root: per_root(shown.total_ns, root_calls),
         share: match parent_total {
@@ -556,3 +556,17 @@ fn calls(n: u64) -> String {
 #[cfg(test)]
 #[path = "text_tests.rs"]
 mod tests;
+
+/// Characters of a grouped node's string the tree shows (JSON has all of it).
+const KEY_SHOWN: usize = 48;
+
+/// A node's name in the tree: grouped nodes (`group_by`) with the start of their string.
+fn shown_name(node: &TreeNode) -> String {
+    match &node.key {
+        Some(k) if k.chars().count() > KEY_SHOWN => {
+            let cut: String = k.chars().take(KEY_SHOWN - 1).collect();
+            crate::aggregate::keyed_name(&node.name, &format!("{}…", cut.trim_end()))
+        }
+        _ => node.label().into_owned(),
+    }
+}

@@ -423,13 +423,20 @@ fn resolve_symbol_phase(
             phase.name, u.name.demangled
         ));
     }
-    if let Some(Capture::Arg(n)) = phase.capture() {
+    // The last argument register the phase reads: its `arg`, its `group_by` string's.
+    let last_register = match (phase.capture(), phase.group_by) {
+        (Some(Capture::Arg(n)), Some(g)) => Some(n.max(g.arg + g.kind.registers() - 1)),
+        (Some(Capture::Arg(n)), None) => Some(n),
+        (_, Some(g)) => Some(g.arg + g.kind.registers() - 1),
+        _ => None,
+    };
+    if let Some(n) = last_register {
         let c = matches.iter().find(|m| m.function.language != Language::Go);
         if let (Some(c), true) = (c, usize::from(n) >= SYSV_INT_ARGS) {
             let reason = format!(
-                "arg = {n}: {} is not a Go function, and the System V x86-64 convention passes \
-                 only {SYSV_INT_ARGS} integer arguments in registers (0-{}); indices up to {} \
-                 are for Go functions (Go's register ABI)",
+                "argument {n}: {} is not a Go function, and the System V x86-64 convention \
+                 passes only {SYSV_INT_ARGS} integer arguments in registers (0-{}); indices up \
+                 to {} are for Go functions (Go's register ABI)",
                 c.name.demangled,
                 SYSV_INT_ARGS - 1,
                 GO_INT_ARGS - 1

@@ -405,6 +405,7 @@ fn run(
     };
     tracer.detach();
     collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
+    agg.add_keys(collector.take_keys());
     labels.forks(&agg.take_forks());
     labels.refresh(agg.pids());
     if let Some(s) = snapshots.as_mut() {

@@ -162,6 +162,7 @@ pub fn run(
         // SAFETY: one valid pollfd; EINTR (a signal) just ends this wait early.
         unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
         collector.drain(|e| agg.add(e), |s| stacks.agg.add(s));
+        agg.add_keys(collector.take_keys());
         stacks.after_drain();
         labels.forks(&agg.take_forks());
         for (pid, at_ns) in agg.take_maps_changed() {

@@ -5,6 +5,9 @@
 //! padding so both sides agree on the layout without any decoding by hand.
 #![no_std]
 
+pub mod key;
+pub use key::{KeyScanner, NodeKey, PhaseKey, COOKIE_KEY_BIT, KEY_BYTES};
+
 /// Deepest per-thread phase stack kept in BPF. A recursion 100 deep must fit; deeper entries
 /// are counted as overflow instead of being recorded.
 pub const MAX_DEPTH: usize = 128;
@@ -213,6 +216,8 @@ pub enum EventKind {
     /// A traced process's dynamic loader changed its list of loaded objects (dlopen,
     /// dlclose): libraries of phases not attached yet may be mapped now.
     MapsChanged = 6,
+    /// The string a grouped node stands for (a [`NodeKey`]), sent just before its NodeDef.
+    NodeKey = 7,
 }
 
 /// A ring-buffer record. Spans and node definitions share one layout so userspace reads a single
@@ -490,4 +495,8 @@ mod pod {
     unsafe impl aya::Pod for super::NodeSummary {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::HistKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::PhaseKey {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::NodeKey {}
 }

@@ -26,7 +26,9 @@ use aya_ebpf::{
     },
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
-        generated::bpf_get_attach_cookie,
+        generated::{
+            bpf_get_attach_cookie, bpf_probe_read_user as read_user_bytes, bpf_probe_read_user_str,
+        },
     },
     macros::{map, perf_event, tracepoint, uprobe, uretprobe},
     maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RingBuf, StackTrace},
@@ -36,13 +38,15 @@ use aya_ebpf::{
     EbpfContext,
 };
 use wprof_common::{
-    config, counter, goroutine_key, hist_bucket, Event, EventKind, Frame, GoStw, HistKey,
-    NodeCounters, NodeSummary, PhaseCost, PhaseCounters, StackEvent, ThreadStack, TracepointRole,
-    ARG_NONE, ARG_RETVAL, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_STW_START_BIT,
-    COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES,
-    GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, MAX_DEPTH, MAX_HIST_BUCKETS,
-    MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES, MAX_THREADS, SYS_EXIT_BIT,
-    SYS_PHASE_SLOTS,
+    config, counter, goroutine_key, hist_bucket,
+    key::{key_hash_step, COOKIE_PHASE_MASK, KEY_CSTR, KEY_HASH_START, KEY_PTR_LEN},
+    Event, EventKind, Frame, GoStw, HistKey, KeyScanner, NodeCounters, NodeKey, NodeSummary,
+    PhaseCost, PhaseCounters, PhaseKey, StackEvent, ThreadStack, TracepointRole, ARG_NONE,
+    ARG_RETVAL, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_KEY_BIT,
+    COOKIE_STW_START_BIT, COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT,
+    DEFAULT_RING_BYTES, GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, KEY_BYTES,
+    MAX_DEPTH, MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES,
+    MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
@@ -254,6 +258,8 @@ struct Site {
     go: bool,
     /// An exit of `runtime.stopTheWorldWithSema`: the world is stopped from here.
     stw_stop: bool,
+    /// The phase groups its calls by a string argument (`PHASE_KEYS`).
+    keyed: bool,
     /// The entry of `runtime.startTheWorldWithSema`: the world restarts.
     stw_start: bool,
 }
@@ -262,7 +268,7 @@ struct Site {
 fn site_of<C: EbpfContext>(ctx: &C) -> Result<Site, ()> {
     // SAFETY: the helper only reads the cookie of the link that fired.
     let cookie = unsafe { bpf_get_attach_cookie(ctx.as_ptr()) };
-    let phase = cookie as u32;
+    let phase = (cookie & COOKIE_PHASE_MASK) as u32;
     if phase >= MAX_PHASES {
         return Err(());
     }
@@ -274,6 +280,7 @@ fn site_of<C: EbpfContext>(ctx: &C) -> Result<Site, ()> {
         go: cookie & COOKIE_GO_BIT != 0,
         stw_stop: cookie & COOKIE_STW_STOP_BIT != 0,
         stw_start: cookie & COOKIE_STW_START_BIT != 0,
+        keyed: cookie & COOKIE_KEY_BIT != 0,
     })
 }
 
@@ -345,6 +352,115 @@ fn go_int_arg(regs: &aya_ebpf::bindings::pt_regs, n: u64) -> u64 {
         8 => regs.r11,
         _ => 0,
     }
+}
+
+/// Which string argument each grouped phase (`group_by` in the profile) keys its calls by,
+/// indexed by phase id.
+#[map]
+static PHASE_KEYS: Array<PhaseKey> = Array::with_max_entries(MAX_PHASES, 0);
+
+/// The string argument of the call being entered (one per CPU: an entry runs to its end on
+/// one CPU), in the form of the record that names a new node.
+#[map]
+static KEY_SCRATCH: PerCpuArray<NodeKey> = PerCpuArray::with_max_entries(1, 0);
+
+/// The argument registers in order (System V, or Go's register ABI), each read at a constant
+/// offset of the context: loads of `pt_regs` at a computed offset are refused by the verifier
+/// ("modified ctx ptr"), which is what a `match` on a runtime index can compile to. Volatile,
+/// so LLVM cannot merge them back into one such load.
+#[inline(always)]
+fn arg_registers(regs: &aya_ebpf::bindings::pt_regs, go: bool) -> [u64; 9] {
+    let r = |v: &u64| {
+        // SAFETY: a field of the context, read in place.
+        unsafe { core::ptr::read_volatile(v) }
+    };
+    if go {
+        [
+            r(&regs.rax),
+            r(&regs.rbx),
+            r(&regs.rcx),
+            r(&regs.rdi),
+            r(&regs.rsi),
+            r(&regs.r8),
+            r(&regs.r9),
+            r(&regs.r10),
+            r(&regs.r11),
+        ]
+    } else {
+        [
+            r(&regs.rdi),
+            r(&regs.rsi),
+            r(&regs.rdx),
+            r(&regs.rcx),
+            r(&regs.r8),
+            r(&regs.r9),
+            0,
+            0,
+            0,
+        ]
+    }
+}
+
+/// `values[n]` without an indexed load (0 past the end): every value masked in or out.
+#[inline(always)]
+fn pick(values: &[u64; 9], n: u64) -> u64 {
+    let mut v = 0;
+    for (i, x) in values.iter().enumerate() {
+        v |= x & 0u64.wrapping_sub((i as u64 == n) as u64);
+    }
+    v
+}
+
+/// Reads a grouped phase's string argument into `KEY_SCRATCH` and returns the hash of its
+/// folded text ([`KeyScanner`]), never 0; 0 when the phase groups nothing or the string
+/// could not be read (the call then counts under the phase's plain node).
+#[inline(always)]
+fn string_key(site: &Site, regs: &aya_ebpf::bindings::pt_regs) -> u64 {
+    let Some(pk) = PHASE_KEYS.get(site.phase) else {
+        return 0;
+    };
+    let Some(buf) = KEY_SCRATCH.get_ptr_mut(0) else {
+        return 0;
+    };
+    // SAFETY: this CPU's scratch value, used by this program run only.
+    let buf = unsafe { &mut *buf };
+    let args = arg_registers(regs, site.go);
+    let arg = |n: u64| pick(&args, n);
+    let ptr = arg(pk.arg as u64) as *const core::ffi::c_void;
+    let dst = buf.text.as_mut_ptr() as *mut core::ffi::c_void;
+    let n: i64 = if pk.kind == KEY_CSTR {
+        // SAFETY: the helper reads at most KEY_BYTES bytes of user memory into the buffer
+        // and NUL-terminates it; it returns the length with the NUL, or a negative error.
+        (unsafe { bpf_probe_read_user_str(dst, KEY_BYTES as u32, ptr) }) as i64 - 1
+    } else if pk.kind == KEY_PTR_LEN {
+        let mut len = arg(pk.arg as u64 + 1);
+        if len > KEY_BYTES as u64 {
+            len = KEY_BYTES as u64;
+        }
+        // SAFETY: reads `len` <= KEY_BYTES bytes of user memory into the buffer.
+        if unsafe { read_user_bytes(dst, len as u32, ptr) } < 0 {
+            -1
+        } else {
+            len as i64
+        }
+    } else {
+        return 0;
+    };
+    if n < 0 {
+        return 0;
+    }
+    buf.len = n as u32;
+    let mut h = KEY_HASH_START;
+    let mut scan = KeyScanner::default();
+    for i in 0..KEY_BYTES {
+        if i as i64 >= n {
+            break;
+        }
+        if let Some(c) = scan.step(buf.text[i]) {
+            h = key_hash_step(h, c);
+        }
+    }
+    h | 1
 }
 
 /// With `--follow-forks` the uprobes fire in every process that maps the object; only the
@@ -526,9 +642,15 @@ fn submit_flags() -> u64 {
     }
 }
 
+/// Sends a node's definition the first time it is reached; a grouped node (`keyed`) first
+/// sends the string of `KEY_SCRATCH` it stands for.
 #[inline(always)]
-fn define_node(node: u64, parent: u64, phase: u32, depth: u32, id: u64) {
+fn define_node(node: u64, parent: u64, phase: u32, depth: u32, id: u64, keyed: bool) {
     if NODES_SEEN.get_ptr(&node).is_some() {
+        return;
+    }
+    if keyed && !emit_key(node) {
+        bump(counter::LOST_NODE_DEFS);
         return;
     }
     let def = Event {
@@ -548,6 +670,27 @@ fn define_node(node: u64, parent: u64, phase: u32, depth: u32, id: u64) {
         // Not marked as seen: the next entry of this node tries again.
         bump(counter::LOST_NODE_DEFS);
     }
+}
+
+/// Sends the string in `KEY_SCRATCH` as the name of grouped node `node`; false when the ring
+/// buffer is full.
+#[inline(always)]
+fn emit_key(node: u64) -> bool {
+    let Some(k) = KEY_SCRATCH.get_ptr_mut(0) else {
+        return false;
+    };
+    let Some(mut entry) = EVENTS.reserve::<NodeKey>(0) else {
+        return false;
+    };
+    // SAFETY: this CPU's scratch value; copied into the reserved record field by field
+    // (not through the 512-byte BPF stack).
+    unsafe {
+        (*k).kind = EventKind::NodeKey as u32;
+        (*k).node = node;
+        core::ptr::copy_nonoverlapping(k as *const NodeKey, entry.as_mut_ptr(), 1);
+    }
+    entry.submit(submit_flags());
+    true
 }
 
 /// Writes one record to the ring buffer; false when it is full.
@@ -634,7 +777,22 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
     } else {
         0
     };
-    push_frame(st, pc, who, site.phase, ret_addr, site.uretprobe, arg, stw)
+    let key = if site.keyed {
+        string_key(&site, regs)
+    } else {
+        0
+    };
+    push_frame(
+        st,
+        pc,
+        who,
+        site.phase,
+        ret_addr,
+        site.uretprobe,
+        arg,
+        stw,
+        key,
+    )
 }
 
 /// Opens a frame for `phase` on the thread's stack. Kernel phases use `sp = 0`: no user
@@ -651,6 +809,7 @@ fn push_frame(
     uretprobe: bool,
     arg: u64,
     stw: u64,
+    key: u64,
 ) -> Result<(), ()> {
     let len = st.len as usize;
     if len >= MAX_DEPTH {
@@ -663,8 +822,9 @@ fn push_frame(
     } else {
         st.frames[slot(len - 1)].node
     };
-    let node = node_hash(parent, phase);
-    define_node(node, parent, phase, len as u32, who.id);
+    // A grouped call's string key makes its node (and the subtree below) one of its own.
+    let node = node_hash(parent ^ key, phase);
+    define_node(node, parent, phase, len as u32, who.id, key != 0);
     let frame = &mut st.frames[slot(len)];
     frame.node = node;
     frame.sp = who.sp;
@@ -842,7 +1002,7 @@ fn pop_frame(
 #[inline(always)]
 fn emit_stw(top: &Frame, stw_phase: u32, depth: u32, ns: u64, now: u64, id: u64) {
     let node = node_hash(top.node, stw_phase);
-    define_node(node, top.node, stw_phase, depth, id);
+    define_node(node, top.node, stw_phase, depth, id, false);
     let span = Event {
         kind: EventKind::Span as u32,
         phase: stw_phase,
@@ -1085,7 +1245,7 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         };
         // A kernel phase still open on top lost its exit (e.g. the exit tracepoint was missed).
         abandon_kernel_frames(st);
-        push_frame(st, pc, who, role.phase, 0, false, 0, 0)
+        push_frame(st, pc, who, role.phase, 0, false, 0, 0, 0)
     } else {
         let st = returning_stack(pc, key, true)?;
         pop_frame(st, pc, who, role.phase, now, None)
