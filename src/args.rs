@@ -90,6 +90,21 @@ pub struct TargetArgs {
     /// A built-in profile name (see `wprof targets`) or a path to a profile TOML.
     #[arg(long, short = 't', value_name = "NAME|FILE.toml")]
     pub target: String,
+    /// Take every function a phase's pattern matches, for every phase (as `all_matches = true`
+    /// on each): without it a pattern that matches several functions is an error listing them.
+    #[arg(long)]
+    pub all_matches: bool,
+}
+
+impl TargetArgs {
+    /// The profile, with `--all-matches` applied.
+    pub fn load(&self) -> Result<crate::profile::Profile, crate::error::WprofError> {
+        let mut profile = crate::profile::Profile::load(&self.target)?;
+        if self.all_matches {
+            profile.phases.iter_mut().for_each(|p| p.all_matches = true);
+        }
+        Ok(profile)
+    }
 }
 
 /// Tracing options shared by attach and record.

@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 
-use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat, ResolveArgs};
+use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat, ResolveArgs, TargetArgs};
 use crate::error::WprofError;
 use crate::probe_cost;
 use crate::profile::{Profile, BUILTIN};
@@ -29,7 +29,7 @@ pub fn targets() -> Result<i32> {
 /// `wprof probes`: one row per phase with what it resolved to; exit 4 if a required phase
 /// did not resolve.
 pub fn probes(a: ProbesArgs) -> Result<i32> {
-    let (profile, phases) = load_and_resolve(&a.target.target, &a.resolve, "probes")?;
+    let (profile, phases) = load_and_resolve(&a.target, &a.resolve, "probes")?;
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -163,11 +163,11 @@ fn truncate(s: &str, n: usize) -> String {
 /// Loads `target` and resolves it as `--pid` / `--binary` / `--return` say, for the commands
 /// that resolve without attaching (`cmd` names the command in errors).
 fn load_and_resolve(
-    target: &str,
+    target: &TargetArgs,
     r: &ResolveArgs,
     cmd: &str,
 ) -> Result<(Profile, Vec<resolve::ResolvedPhase>)> {
-    let profile = Profile::load(target)?;
+    let profile = target.load()?;
     let scope = match (r.pid, &r.binary) {
         (Some(pid), _) => Scope::Pids(vec![pid]),
         (None, Some(b)) => Scope::Binary(b.clone()),
@@ -183,7 +183,7 @@ fn load_and_resolve(
 /// `wprof export`: the profile as a bpftrace script or `perf probe` commands. Unresolved
 /// phases are left out with a comment; a required one is exit 4, as for attach.
 pub fn export(a: ExportArgs) -> Result<i32> {
-    let (profile, phases) = load_and_resolve(&a.target.target, &a.resolve, "export")?;
+    let (profile, phases) = load_and_resolve(&a.target, &a.resolve, "export")?;
     if let Some(err) = resolve::unresolved_required(&phases, &profile) {
         return Err(err.into());
     }

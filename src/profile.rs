@@ -344,6 +344,44 @@ mod tests {
     use super::*;
 
     #[test]
+    fn group_by_reads_a_string_argument_and_refuses_what_cannot_be() {
+        let base = "name = \"x\"\n[[phase]]\nname = \"a\"\nsymbol = \"f\"\n";
+        let p = Profile::parse(&format!("{base}group_by = {{ arg = 1 }}\n"), "t.toml").unwrap();
+        let g = p.phases[0].group_by.unwrap();
+        assert_eq!((g.arg, g.kind), (1, StringArg::Cstr));
+        let p = Profile::parse(
+            &format!("{base}group_by = {{ arg = 7, type = \"str\" }}\n"),
+            "t.toml",
+        )
+        .unwrap();
+        assert_eq!(p.phases[0].group_by.unwrap().kind, StringArg::Str);
+        for (bad, says) in [
+            (
+                "group_by = { arg = 8, type = \"str\" }",
+                "registers up to 9",
+            ),
+            (
+                "group_by = { arg = 0, type = \"utf16\" }",
+                "unknown variant `utf16`",
+            ),
+            ("group_by = { arg = 0, len = 64 }", "unknown field `len`"),
+            ("group_by = 0", "invalid type"),
+        ] {
+            let e = Profile::parse(&format!("{base}{bad}\n"), "t.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = Profile::parse(
+            "name = \"x\"\n[[phase]]\nname = \"a\"\nsyscall = \"fsync\"\ngroup_by = { arg = 0 }\n",
+            "t.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("symbol phases only"), "{e}");
+    }
+
+    #[test]
     fn every_builtin_parses() {
         for (name, text) in BUILTIN {
             let p = Profile::parse(text, name).unwrap();

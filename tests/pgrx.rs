@@ -702,3 +702,59 @@ fn child<'a>(n: &'a Value, name: &str) -> &'a Value {
         .find(|c| c["name"] == name)
         .unwrap_or_else(|| panic!("no child {name} in {n}"))
 }
+
+/// A Rust glob that matches several functions (a module's functions and their closures) is
+/// refused with every match listed, demangled without its hash and mangled; `--all-matches`
+/// takes them all. No BPF needed: `wprof probes` only resolves.
+#[test]
+fn a_rust_glob_matching_many_functions_lists_them_or_takes_all_with_all_matches() {
+    let Some(dir) = built() else { return };
+    let out = tempdir();
+    let so = dir.join("legacy/pgrx_refresh.so");
+    let profile = out.path().join("glob.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "name = \"glob\"\nobject = \"{}\"\n[[phase]]\nname = \"codegen\"\nsymbol = \"*::refresh::codegen::*\"\n",
+            so.display()
+        ),
+    )
+    .expect("write the profile");
+    let probes = |extra: &[&str]| {
+        let o = wprof()
+            .args(["probes", "--target"])
+            .arg(&profile)
+            .args(["--binary", "/bin/true"])
+            .args(extra)
+            .output()
+            .expect("run wprof probes");
+        let text =
+            String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr);
+        (o.status.code(), text)
+    };
+    let functions = [
+        "pgrx_refresh::refresh::codegen::build_merge_sql (_ZN",
+        "pgrx_refresh::refresh::codegen::validate_merge_sql (_ZN",
+        "pgrx_refresh::refresh::codegen::cleanup_change_buffers_by_frontier (_ZN",
+        "pgrx_refresh::refresh::codegen::build_merge_sql::{{closure}} (_ZN",
+    ];
+    let (code, text) = probes(&[]);
+    assert_eq!(code, Some(4), "{text}");
+    for f in functions {
+        assert!(text.contains(f), "{f} not listed:\n{text}");
+    }
+    assert!(
+        text.contains("matches 7 functions") && text.contains("--all-matches"),
+        "{text}"
+    );
+    let (code, text) = probes(&["--all-matches"]);
+    assert_eq!(code, Some(0), "{text}");
+    let rows = text.lines().filter(|l| l.starts_with("codegen ")).count();
+    assert_eq!(rows, 7, "{text}");
+    assert!(
+        text.lines()
+            .filter(|l| l.starts_with("codegen "))
+            .all(|l| l.ends_with("resolved")),
+        "{text}"
+    );
+}

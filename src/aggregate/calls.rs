@@ -125,7 +125,7 @@ impl CallRecorder {
         if phase >= self.nphases {
             return;
         }
-        let key = (u64::from(ev.pid) << 32) | u64::from(ev.tid);
+        let key = ev.stack_key();
         let n = self.nphases;
         let p = self.pending.entry(key).or_insert_with(|| Pending {
             phase_ns: vec![0; n],

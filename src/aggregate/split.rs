@@ -80,7 +80,7 @@ impl Splitter {
     /// Adds a span; `own` is each phase's probe time inside its own window when the run
     /// corrects (as for the merged tree, so both halves carry corrected figures too).
     pub(super) fn span(&mut self, ev: &Event, own: Option<&[u64]>) {
-        let key = (u64::from(ev.pid) << 32) | u64::from(ev.tid);
+        let key = ev.stack_key();
         let held = self.held.entry(key).or_default();
         if ev.depth != 0 {
             if held.spans.len() < self.max_held {

@@ -364,3 +364,43 @@ fn per_pid_trees_units_and_forks_round_trip_and_validate() -> Result<()> {
     assert!(text.contains("── pid 4242: kvd --bench\n"), "{text}");
     Ok(())
 }
+
+/// The sample run with two grouped siblings (`group_by`): the second root's children get
+/// keys, one of them longer than the text tree shows.
+fn grouped_run() -> Run {
+    let mut run = sample_run();
+    let kids = &mut run.tree.roots[0].children;
+    kids[0].key = Some("DELETE FROM \"changes_src\" WHERE lsn <= ?".into());
+    kids[1].key = Some(format!(
+        "MERGE INTO st USING (WITH {} ) AS d…",
+        "x, ".repeat(40)
+    ));
+    run
+}
+
+#[test]
+fn grouped_nodes_round_trip_validate_and_show_their_string() -> Result<()> {
+    let run = grouped_run();
+    let v = to_json(&run);
+    if let Err(e) = validate(&v) {
+        panic!("docs/json-schema-v1.json rejects a keyed node:\n{e}");
+    }
+    let back = from_json(&serde_json::to_string(&v)?)?;
+    assert_eq!(to_json(&back), v);
+    let kids = &back.tree.roots[0].children;
+    assert_eq!(kids[0].key, run.tree.roots[0].children[0].key);
+    let text = render_tree(&back, &TextOptions::default());
+    let short = format!(
+        "{} [DELETE FROM \"changes_src\" WHERE lsn <= ?]",
+        kids[0].name
+    );
+    assert!(text.contains(&short), "{text}");
+    // A long string is cut to the tree's width, JSON keeps all of it.
+    let cut = format!("{} [MERGE INTO st USING (WITH x, x, ", kids[1].name);
+    let line = text.lines().find(|l| l.contains(&cut)).expect(&text);
+    assert!(line.contains("…]"), "{line}");
+    assert!(v.to_string().contains(&"x, ".repeat(40)));
+    // Ungrouped nodes have no key field at all.
+    assert!(v["tree"]["roots"][0].get("key").is_none());
+    Ok(())
+}

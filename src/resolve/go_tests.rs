@@ -256,6 +256,16 @@ fn arguments_past_the_sixth_are_refused_for_c_functions() {
         ),
         s => panic!("{s:?}"),
     }
+    // A pointer + length string at 5 reads register 6 too.
+    let prof = profile("name='c'\n[[phase]]\nname='f'\nsymbol='f'\ngroup_by={arg=5, type='str'}\n");
+    let phases = resolve_profile(&prof, &Scope::Binary(dir.path().join("c"))).unwrap();
+    match &phase(&phases, "f").status {
+        Status::Unresolved { reason, .. } => assert!(
+            reason.contains("group_by arg = 5 (type = \"str\") reads argument register 6"),
+            "{reason}"
+        ),
+        s => panic!("{s:?}"),
+    }
 }
 
 #[test]

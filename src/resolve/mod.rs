@@ -375,7 +375,8 @@ fn resolve_symbol_phase(
             };
             let reason = format!(
                 "'{pattern}' matches {count} functions in {shown}: {}{more}; use a more precise \
-                 pattern or the mangled name, or set all_matches = true",
+                 pattern or the mangled name, or take them all (all_matches = true on the phase, or \
+                 --all-matches)",
                 listed.join(", ")
             );
             return unresolved(reason, Vec::new(), syms.is_go);
@@ -423,20 +424,25 @@ fn resolve_symbol_phase(
             phase.name, u.name.demangled
         ));
     }
-    // The last argument register the phase reads: its `arg`, its `group_by` string's.
-    let last_register = match (phase.capture(), phase.group_by) {
-        (Some(Capture::Arg(n)), Some(g)) => Some(n.max(g.arg + g.kind.registers() - 1)),
-        (Some(Capture::Arg(n)), None) => Some(n),
-        (_, Some(g)) => Some(g.arg + g.kind.registers() - 1),
-        _ => None,
-    };
-    if let Some(n) = last_register {
+    // The argument registers the phase reads: its `arg`'s, its `group_by` string's.
+    let mut reads = Vec::new();
+    if let Some(Capture::Arg(n)) = phase.capture() {
+        reads.push((n, format!("arg = {n}")));
+    }
+    if let Some(g) = phase.group_by {
+        let last = g.arg + g.kind.registers() - 1;
+        reads.push((
+            last,
+            format!("group_by arg = {} (type = \"{}\")", g.arg, g.kind.as_str()),
+        ));
+    }
+    for (n, what) in reads {
         let c = matches.iter().find(|m| m.function.language != Language::Go);
         if let (Some(c), true) = (c, usize::from(n) >= SYSV_INT_ARGS) {
             let reason = format!(
-                "argument {n}: {} is not a Go function, and the System V x86-64 convention \
-                 passes only {SYSV_INT_ARGS} integer arguments in registers (0-{}); indices up \
-                 to {} are for Go functions (Go's register ABI)",
+                "{what} reads argument register {n}: {} is not a Go function, and the System V \
+                 x86-64 convention passes only {SYSV_INT_ARGS} integer arguments in registers \
+                 (0-{}); indices up to {} are for Go functions (Go's register ABI)",
                 c.name.demangled,
                 SYSV_INT_ARGS - 1,
                 GO_INT_ARGS - 1

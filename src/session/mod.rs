@@ -35,7 +35,7 @@ pub use trace_loop::{EndReason, Watch};
 
 /// `wprof attach`: trace running processes until an end condition; exit code 0.
 pub fn attach(a: AttachArgs) -> Result<i32> {
-    let profile = Profile::load(&a.target.target)?;
+    let profile = a.target.load()?;
     split_phase(&profile, &a.trace)?;
     // First, so a missing capability is reported as such and not as a /proc permission error.
     check_capabilities()?;
@@ -124,7 +124,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
 /// `wprof record`: start a command with probes live before its main runs, trace it to its
 /// exit; exit with its status.
 pub fn record(r: RecordArgs) -> Result<i32> {
-    let profile = Profile::load(&r.target.target)?;
+    let profile = r.target.load()?;
     split_phase(&profile, &r.trace)?;
     check_capabilities()?;
     let exe = child::find_executable(&r.command[0])?;

@@ -58,57 +58,141 @@ pub struct NodeKey {
 /// identifier (`42`, `1.5e3`, `0x1F`) become `?`, runs of white space one space. Digits inside
 /// identifiers (`changes_16384`, `$1`) are kept. BPF hashes the bytes it emits and userspace
 /// prints them: one rule for both.
+///
+/// The rule is two tables ([`KEY_CLASS`], [`KEY_NEXT`]), built from [`transition`] at compile
+/// time, so BPF can run it without a branch per byte: with branches, the verifier explores
+/// every combination of the bytes' paths, and on 6.1 that exceeds its budget of a million
+/// instructions over 128 bytes.
 #[derive(Copy, Clone, Debug, Default)]
 pub struct KeyScanner {
     mode: u8,
 }
 
+/// Scanner modes (what the previous bytes were).
 const OTHER: u8 = 0;
 const IDENT: u8 = 1;
 const NUMBER: u8 = 2;
 const QUOTED: u8 = 3;
 const SPACE: u8 = 4;
 
+/// Byte classes.
+const C_OTHER: u8 = 0;
+const C_DIGIT: u8 = 1;
+const C_WORD: u8 = 2;
+const C_QUOTE: u8 = 3;
+const C_SPACE: u8 = 4;
+const C_DOT: u8 = 5;
+
+/// What a transition emits (bits 4-5 of a [`KEY_NEXT`] entry).
+const EMIT_NONE: u8 = 0;
+const EMIT_BYTE: u8 = 1;
+const EMIT_QUESTION: u8 = 2;
+const EMIT_SPACE: u8 = 3;
+
+/// The class of a byte.
+const fn class_of(c: u8) -> u8 {
+    if c == b'\'' {
+        C_QUOTE
+    } else if c.is_ascii_digit() {
+        C_DIGIT
+    } else if c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80 {
+        C_WORD
+    } else if c == b' ' || c == b'\t' || c == b'\n' || c == b'\r' {
+        C_SPACE
+    } else if c == b'.' {
+        C_DOT
+    } else {
+        C_OTHER
+    }
+}
+
+/// The rule: from `mode`, a byte of `class` leads to (next mode, what to emit).
+pub const fn transition(mode: u8, class: u8) -> (u8, u8) {
+    if mode == QUOTED {
+        return if class == C_QUOTE {
+            (OTHER, EMIT_NONE)
+        } else {
+            (QUOTED, EMIT_NONE)
+        };
+    }
+    if class == C_QUOTE {
+        return (QUOTED, EMIT_QUESTION);
+    }
+    if mode == NUMBER && (class == C_DIGIT || class == C_WORD || class == C_DOT) {
+        return (NUMBER, EMIT_NONE);
+    }
+    if class == C_DIGIT {
+        return if mode == IDENT {
+            (IDENT, EMIT_BYTE)
+        } else {
+            (NUMBER, EMIT_QUESTION)
+        };
+    }
+    if class == C_WORD {
+        return (IDENT, EMIT_BYTE);
+    }
+    if class == C_SPACE {
+        return if mode == SPACE {
+            (SPACE, EMIT_NONE)
+        } else {
+            (SPACE, EMIT_SPACE)
+        };
+    }
+    (OTHER, EMIT_BYTE)
+}
+
+/// The class of every byte value.
+pub const KEY_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut c = 0;
+    while c < 256 {
+        t[c] = class_of(c as u8);
+        c += 1;
+    }
+    t
+};
+
+/// Entries of [`KEY_NEXT`]: every (mode, class) two `& 7`s can give, so an index is in
+/// bounds without a check (a bounds check's panic path is no valid BPF).
+pub const KEY_NEXT_LEN: usize = 64;
+
+/// The [`KEY_NEXT`] index of a mode and a byte class.
+#[inline(always)]
+pub fn key_next_index(mode: u8, class: u8) -> usize {
+    ((mode & 7) as usize) << 3 | (class & 7) as usize
+}
+
+/// `KEY_NEXT[key_next_index(mode, class)]`: the next mode (bits 0-2) and what to emit (bits
+/// 4-5).
+pub const KEY_NEXT: [u8; KEY_NEXT_LEN] = {
+    let mut t = [0u8; KEY_NEXT_LEN];
+    let mut i = 0;
+    while i < KEY_NEXT_LEN {
+        let (next, emit) = transition((i >> 3) as u8, (i & 7) as u8);
+        t[i] = next | emit << 4;
+        i += 1;
+    }
+    t
+};
+
+/// Per emit kind: the constant byte it emits (`?`, space), 0 for the byte itself or none.
+pub const KEY_EMIT_CONST: [u8; 4] = [0, 0, b'?', b' '];
+
+/// Per emit kind: the mask that keeps the scanned byte (only for "the byte itself").
+pub const KEY_EMIT_KEEP: [u8; 4] = [0, 0xff, 0, 0];
+
+/// Per emit kind: all ones when something is emitted (the hash takes the byte), else 0.
+pub const KEY_EMIT_MASK: [u64; 4] = [0, u64::MAX, u64::MAX, u64::MAX];
+
 impl KeyScanner {
     /// The byte to emit for `c`, or None when it folds into the previous one.
     #[inline(always)]
     pub fn step(&mut self, c: u8) -> Option<u8> {
-        let mode = self.mode;
-        if mode == QUOTED {
-            if c == b'\'' {
-                self.mode = OTHER;
-            }
-            return None;
-        }
-        if c == b'\'' {
-            self.mode = QUOTED;
-            return Some(b'?');
-        }
-        let digit = c.is_ascii_digit();
-        let word = c.is_ascii_alphabetic() || c == b'_' || c == b'$' || c >= 0x80;
-        if mode == NUMBER && (digit || word || c == b'.') {
-            return None;
-        }
-        if digit {
-            if mode == IDENT {
-                return Some(c);
-            }
-            self.mode = NUMBER;
-            return Some(b'?');
-        }
-        if word {
-            self.mode = IDENT;
-            return Some(c);
-        }
-        if c == b' ' || c == b'\t' || c == b'\n' || c == b'\r' {
-            if mode == SPACE {
-                return None;
-            }
-            self.mode = SPACE;
-            return Some(b' ');
-        }
-        self.mode = OTHER;
-        Some(c)
+        let t = KEY_NEXT[key_next_index(self.mode, KEY_CLASS[c as usize])];
+        self.mode = t & 7;
+        let emit = (t >> 4) & 3;
+        (emit != EMIT_NONE)
+            .then_some(KEY_EMIT_CONST[emit as usize] | (c & KEY_EMIT_KEEP[emit as usize]))
     }
 }
 

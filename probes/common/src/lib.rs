@@ -254,6 +254,21 @@ pub struct Event {
     /// Probe time of the call's completed descendants, ns (span only): the part of `dur_ns`
     /// the descendants' probes added.
     pub desc_probe_ns: u64,
+    /// The `STACKS` key the call was on (span only): its thread's pid_tgid, or its
+    /// goroutine's [`goroutine_key`] for a Go call, whichever threads the goroutine ran on.
+    pub stack: u64,
+}
+
+impl Event {
+    /// Which stack of calls a span belongs to: its goroutine's for a Go call (`stack`), else
+    /// its thread's. The per-call table and `--split-by` group spans into root calls by it.
+    pub fn stack_key(&self) -> u64 {
+        if self.stack != 0 {
+            self.stack
+        } else {
+            (u64::from(self.pid) << 32) | u64::from(self.tid)
+        }
+    }
 }
 
 /// Pending uretprobe return addresses carried with a stack, innermost first.

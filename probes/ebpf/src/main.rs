@@ -39,14 +39,17 @@ use aya_ebpf::{
 };
 use wprof_common::{
     config, counter, goroutine_key, hist_bucket,
-    key::{key_hash_step, COOKIE_PHASE_MASK, KEY_CSTR, KEY_HASH_START, KEY_PTR_LEN},
-    Event, EventKind, Frame, GoStw, HistKey, KeyScanner, NodeCounters, NodeKey, NodeSummary,
-    PhaseCost, PhaseCounters, PhaseKey, StackEvent, ThreadStack, TracepointRole, ARG_NONE,
-    ARG_RETVAL, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_KEY_BIT,
-    COOKIE_STW_START_BIT, COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT,
-    DEFAULT_RING_BYTES, GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, KEY_BYTES,
-    MAX_DEPTH, MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES,
-    MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
+    key::{
+        key_hash_step, key_next_index, COOKIE_PHASE_MASK, KEY_CSTR, KEY_HASH_START, KEY_NEXT_LEN,
+        KEY_PTR_LEN,
+    },
+    Event, EventKind, Frame, GoStw, HistKey, NodeCounters, NodeKey, NodeSummary, PhaseCost,
+    PhaseCounters, PhaseKey, StackEvent, ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL,
+    COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_KEY_BIT, COOKIE_STW_START_BIT,
+    COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES,
+    GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, KEY_BYTES, MAX_DEPTH,
+    MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES, MAX_THREADS,
+    SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
@@ -364,6 +367,13 @@ static PHASE_KEYS: Array<PhaseKey> = Array::with_max_entries(MAX_PHASES, 0);
 #[map]
 static KEY_SCRATCH: PerCpuArray<NodeKey> = PerCpuArray::with_max_entries(1, 0);
 
+/// The string scanner's tables (`wprof_common::KeyScanner`), in the object's read-only data.
+static KEY_CLASS: [u8; 256] = wprof_common::key::KEY_CLASS;
+static KEY_NEXT: [u8; KEY_NEXT_LEN] = wprof_common::key::KEY_NEXT;
+static KEY_EMIT_CONST: [u8; 4] = wprof_common::key::KEY_EMIT_CONST;
+static KEY_EMIT_KEEP: [u8; 4] = wprof_common::key::KEY_EMIT_KEEP;
+static KEY_EMIT_MASK: [u64; 4] = wprof_common::key::KEY_EMIT_MASK;
+
 /// The argument registers in order (System V, or Go's register ABI), each read at a constant
 /// offset of the context: loads of `pt_regs` at a computed offset are refused by the verifier
 /// ("modified ctx ptr"), which is what a `match` on a runtime index can compile to. Volatile,
@@ -412,7 +422,7 @@ fn pick(values: &[u64; 9], n: u64) -> u64 {
 }
 
 /// Reads a grouped phase's string argument into `KEY_SCRATCH` and returns the hash of its
-/// folded text ([`KeyScanner`]), never 0; 0 when the phase groups nothing or the string
+/// folded text (`wprof_common::KeyScanner`), never 0; 0 when the phase groups nothing or the string
 /// could not be read (the call then counts under the phase's plain node).
 #[inline(always)]
 fn string_key(site: &Site, regs: &aya_ebpf::bindings::pt_regs) -> u64 {
@@ -450,15 +460,20 @@ fn string_key(site: &Site, regs: &aya_ebpf::bindings::pt_regs) -> u64 {
         return 0;
     }
     buf.len = n as u32;
+    // KeyScanner::step without a branch: table lookups and masks, one path per byte.
     let mut h = KEY_HASH_START;
-    let mut scan = KeyScanner::default();
+    let mut mode = 0u8;
     for i in 0..KEY_BYTES {
         if i as i64 >= n {
             break;
         }
-        if let Some(c) = scan.step(buf.text[i]) {
-            h = key_hash_step(h, c);
-        }
+        let c = buf.text[i];
+        let t = KEY_NEXT[key_next_index(mode, KEY_CLASS[c as usize])];
+        mode = t & 7;
+        let emit = ((t >> 4) & 3) as usize;
+        let byte = KEY_EMIT_CONST[emit] | (c & KEY_EMIT_KEEP[emit]);
+        let taken = KEY_EMIT_MASK[emit];
+        h = (key_hash_step(h, byte) & taken) | (h & !taken);
     }
     h | 1
 }
@@ -950,7 +965,7 @@ fn pop_frame(
                 depth as u32 + 1,
                 own,
                 now,
-                who.id,
+                &who,
             );
         }
     }
@@ -990,6 +1005,7 @@ fn pop_frame(
         off_ns: top.off_ns,
         arg,
         desc_probe_ns: top.desc_probe_ns,
+        stack: who.key,
     };
     if !emit(span) {
         count_lost(top.node);
@@ -1000,7 +1016,8 @@ fn pop_frame(
 /// Sends the stopped-the-world time `ns` of the Go call `top` (closing at `now`, at `depth`
 /// - 1) as a span of phase `stw_phase` under it.
 #[inline(always)]
-fn emit_stw(top: &Frame, stw_phase: u32, depth: u32, ns: u64, now: u64, id: u64) {
+fn emit_stw(top: &Frame, stw_phase: u32, depth: u32, ns: u64, now: u64, who: &Owner) {
+    let id = who.id;
     let node = node_hash(top.node, stw_phase);
     define_node(node, top.node, stw_phase, depth, id, false);
     let span = Event {
@@ -1013,6 +1030,7 @@ fn emit_stw(top: &Frame, stw_phase: u32, depth: u32, ns: u64, now: u64, id: u64)
         start_ns: now.saturating_sub(ns),
         dur_ns: ns,
         depth,
+        stack: who.key,
         ..Event::default()
     };
     if !emit(span) {
