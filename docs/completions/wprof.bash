@@ -109,7 +109,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__attach)
-            opts="-t -p -q -h --target --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -p -q -h --target --all-matches --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -331,7 +331,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__export)
-            opts="-t -p -o -h --target --pid --binary --return --bpftrace --perf-probe --output --help"
+            opts="-t -p -o -h --target --all-matches --pid --binary --return --bpftrace --perf-probe --output --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -577,7 +577,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__probes)
-            opts="-t -p -h --target --pid --binary --return --help"
+            opts="-t -p -h --target --all-matches --pid --binary --return --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -615,7 +615,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__record)
-            opts="-t -q -h --target --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -q -h --target --all-matches --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

@@ -65,6 +65,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-folded -d 'Wr
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu-flamegraph -d 'Write the off-CPU flamegraph (SVG)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l follow-forks -d 'Also trace every process the traced ones fork from now on (e.g. the backends of a PostgreSQL postmaster), from their first instruction. The probes then sit on the probed objects for every process that maps them, and BPF drops the untraced ones: such a process pays one probe hit per call of a probed function (docs/profiles.md)'
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -s q -l quiet -d 'Do not print the tree on stdout (outputs still written)'
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu -d 'Track the time traced threads spend off the CPU, per phase, and where they block (sched:sched_switch)'
@@ -97,6 +98,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-folded -d 'Wr
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-flamegraph -d 'Write the off-CPU flamegraph (SVG)' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -s q -l quiet -d 'Do not print the tree on stdout (outputs still written)'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu -d 'Track the time traced threads spend off the CPU, per phase, and where they block (sched:sched_switch)'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l per-pid -d 'Also keep one tree per process (JSON `processes`) and print those instead of the merged tree'
@@ -108,6 +110,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand probes" -l binary -d 'Resolv
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -l return -d 'Force the return detection of every phase (as for attach)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
 uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand targets" -s h -l help -d 'Print help'
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l format -d 'Output format' -r -f -a "tree\t'The text tree'
@@ -150,6 +153,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand export" -l return -d 'Force 
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
 uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
 complete -c wprof -n "__fish_wprof_using_subcommand export" -s o -l output -d 'Write to this file instead of stdout' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand export" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
 complete -c wprof -n "__fish_wprof_using_subcommand export" -l bpftrace -d 'Write a bpftrace script (run it as `bpftrace FILE PID`)'
 complete -c wprof -n "__fish_wprof_using_subcommand export" -l perf-probe -d 'Write a shell script of `perf probe` commands (`sh FILE add`, then perf record -e \'wprof:*\')'
 complete -c wprof -n "__fish_wprof_using_subcommand export" -s h -l help -d 'Print help (see more with \'--help\')'
