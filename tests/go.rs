@@ -238,10 +238,12 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
     // goroutine per file, GOGC=10: with the library's writes, flushes, closes and the GC's
     // assists, well over 200,000 probed calls.
     let batches = "50000";
+    let csv = dir.path().join("calls.csv");
+    let csv_arg = csv.to_str().expect("utf-8 path");
     let (out, run) = record(
         dir.path(),
         &prog,
-        &[],
+        &["--events", csv_arg, "--max-calls", "1000000"],
         &["-batches", batches, "-workers", "16", "-gogc", "10"],
     );
     let t = truth(&out.stdout);
@@ -294,6 +296,7 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
     node(&run, &["pqgo_write_batch", "gc_stw"]);
     let total: u64 = sums.values().map(|s| s.count).sum();
     assert!(total > 200_000, "{total} calls");
+    assert_call_rows_follow_goroutines(&csv, &run);
     // Per-backend throughput in the text tree.
     let stdout = String::from_utf8_lossy(&out.stdout);
     for backend in ["arrow_write_batch", "pqgo_write_batch"] {
@@ -479,4 +482,67 @@ fn a_go_binary_without_symbols_is_refused_with_what_is_missing() {
     ] {
         assert!(err.contains(want), "{want}:\n{err}");
     }
+}
+
+/// The per-call table groups spans into root calls by goroutine, not by thread: 32 writer
+/// goroutines on 2 CPUs move between threads in the middle of calls (a GC assist, a
+/// preemption), and a child's span keyed by thread would land in whatever root call next
+/// returned on that thread, possibly the other backend's. So: one row per root call, each
+/// backend's rows hold only its own library's calls, and every library call is in a row.
+fn assert_call_rows_follow_goroutines(csv: &Path, run: &serde_json::Value) {
+    let text = std::fs::read_to_string(csv).expect("read the --events CSV");
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
+    let col = |name: &str| {
+        header
+            .iter()
+            .position(|h| *h == name)
+            .unwrap_or_else(|| panic!("no column {name}: {header:?}"))
+    };
+    let (root, arrow_lib, pqgo_lib) = (
+        col("root"),
+        col("pqarrow_write_calls"),
+        col("pqgo_generic_write_calls"),
+    );
+    let mut rows: HashMap<String, u64> = HashMap::new();
+    let (mut arrow_lib_calls, mut pqgo_lib_calls) = (0u64, 0u64);
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let calls = |i: usize| f[i].parse::<u64>().expect("a call count");
+        *rows.entry(f[root].to_string()).or_default() += 1;
+        // A backend's roots (WriteBatch, Close, which flushes) hold only its library's calls.
+        match f[root] {
+            r if r.starts_with("arrow_") => {
+                assert_eq!(
+                    calls(pqgo_lib),
+                    0,
+                    "parquet-go calls in an arrow row: {line}"
+                );
+                arrow_lib_calls += calls(arrow_lib);
+            }
+            r if r.starts_with("pqgo_") => {
+                assert_eq!(
+                    calls(arrow_lib),
+                    0,
+                    "arrow calls in a parquet-go row: {line}"
+                );
+                pqgo_lib_calls += calls(pqgo_lib);
+            }
+            _ => {
+                assert_eq!(calls(arrow_lib) + calls(pqgo_lib), 0, "{line}");
+            }
+        }
+    }
+    let roots = run["tree"]["roots"].as_array().expect("roots");
+    for r in roots {
+        let name = r["name"].as_str().expect("name");
+        assert_eq!(
+            rows.get(name).copied().unwrap_or(0),
+            u(r, "count"),
+            "rows of {name}"
+        );
+    }
+    let sums = phase_sums(run);
+    assert_eq!(arrow_lib_calls, sums["pqarrow_write"].count);
+    assert_eq!(pqgo_lib_calls, sums["pqgo_generic_write"].count);
 }
