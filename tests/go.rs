@@ -546,3 +546,83 @@ fn assert_call_rows_follow_goroutines(csv: &Path, run: &serde_json::Value) {
     assert_eq!(arrow_lib_calls, sums["pqarrow_write"].count);
     assert_eq!(pqgo_lib_calls, sums["pqgo_generic_write"].count);
 }
+
+/// CPU samples of a Go program land under the Go phase of the goroutine they interrupted: a
+/// Go phase's stack is its goroutine's, not its thread's, so the sampler reads the
+/// interrupted goroutine (r14) and looks up that stack. (Keyed by thread, as before, every
+/// sample of a Go program was outside phases.)
+#[test]
+fn cpu_samples_land_under_the_go_phase_of_the_goroutine_they_interrupted() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = go_fixture("goparquet") else {
+        return;
+    };
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let (_, run) = record(
+        dir.path(),
+        &prog,
+        &["--cpu-sample", "499"],
+        &["-batches", "5000", "-workers", "8"],
+    );
+    let stacks: Vec<(String, u64)> = run["cpu_profile"]["stacks"]
+        .as_array()
+        .expect("a cpu_profile")
+        .iter()
+        .map(|s| (s[0].as_str().unwrap().to_string(), s[1].as_u64().unwrap()))
+        .collect();
+    // Every user-mode sample whose user stack passes through a backend's WriteBatch, taken on
+    // the goroutine's own stack, is under that backend's phase. Left out: kernel-mode samples
+    // (the uprobe handling itself, page faults: no user registers there, so they stay with the
+    // thread) and code the runtime runs on the thread's system stack for the goroutine
+    // (systemstack, morestack, mcall: the GC assist's marking), where r14 holds g0.
+    let (mut total, mut inside, mut misplaced, mut outside) = (0, 0, 0, Vec::new());
+    for (stack, w) in &stacks {
+        total += w;
+        let frames: Vec<&str> = stack.split(';').collect();
+        let kernel = frames
+            .iter()
+            .any(|f| f.ends_with("_[k]") || f.starts_with("[uprobe"));
+        let system_stack = frames.iter().any(|f| {
+            [
+                "runtime.systemstack",
+                "runtime.morestack",
+                "runtime.mcall",
+                "runtime.gcAssistAlloc",
+            ]
+            .iter()
+            .any(|p| f.starts_with(p))
+        });
+        let backend = frames.iter().find_map(|f| {
+            if f.contains("(*ArrowBackend).WriteBatch") {
+                Some("arrow_write_batch")
+            } else if f.contains("(*ParquetGoBackend).WriteBatch") {
+                Some("pqgo_write_batch")
+            } else {
+                None
+            }
+        });
+        let (Some(phase), false, false) = (backend, kernel, system_stack) else {
+            continue;
+        };
+        if frames[0] == phase {
+            inside += w;
+        } else if frames[0] == "[outside phases]" {
+            outside.push((stack.clone(), *w));
+        } else {
+            misplaced += w;
+        }
+    }
+    let out: u64 = outside.iter().map(|s| s.1).sum();
+    let summary = format!(
+        "{total} samples; through a WriteBatch: {inside} under it, {out} outside phases, \
+         {misplaced} under another phase; outside: {outside:#?}"
+    );
+    assert!(inside >= 50, "{summary}");
+    assert_eq!(misplaced, 0, "{summary}");
+    // A frame of assembly that uses r14 for itself (zstd's encoder) may leave a sample with
+    // the thread: at most 5%.
+    assert!(out * 20 <= inside, "{summary}");
+}

@@ -186,6 +186,20 @@ struct Owner {
 /// runtime moving the stack (growth or shrinking copies the frames to a new stack at the
 /// same distance from its top). Anything else, or a `g` that does not hold `sp` (assembly
 /// that uses r14 for itself), stays with the thread.
+/// The top of goroutine `g`'s stack (`g.stack.hi`) if `sp` lies on that stack: then `g` (r14)
+/// really is the running goroutine, not a register that assembly used for itself.
+#[inline(always)]
+fn go_stack_top(g: u64, sp: u64) -> Option<u64> {
+    // SAFETY: reads 8 bytes of the traced process's memory; a fault just yields an error.
+    let hi = unsafe { bpf_probe_read_user((g + GO_G_STACK_HI) as *const u64) }.ok()?;
+    (hi > sp && hi - sp <= GO_MAX_STACK).then_some(hi)
+}
+
+/// The processes in which a Go phase fired with a valid goroutine: their CPU samples are
+/// looked up on the interrupted goroutine's stack of phases.
+#[map]
+static GO_PROCS: HashMap<u32, u8> = HashMap::with_max_entries(16_384, 0);
+
 #[inline(always)]
 fn owner_of(site: &Site, regs: &aya_ebpf::bindings::pt_regs, id: u64, sp: u64) -> Owner {
     let thread = Owner {
@@ -198,12 +212,13 @@ fn owner_of(site: &Site, regs: &aya_ebpf::bindings::pt_regs, id: u64, sp: u64) -
         return thread;
     }
     let g = regs.r14;
-    // SAFETY: reads 8 bytes of the traced process's memory; a fault just yields an error.
-    let Ok(hi) = (unsafe { bpf_probe_read_user((g + GO_G_STACK_HI) as *const u64) }) else {
+    let Some(hi) = go_stack_top(g, sp) else {
         return thread;
     };
-    if hi <= sp || hi - sp > GO_MAX_STACK {
-        return thread;
+    let tgid = (id >> 32) as u32;
+    if GO_PROCS.get_ptr(&tgid).is_none() {
+        let one = 1u8;
+        let _ = GO_PROCS.insert(&tgid, &one, BPF_ANY as u64);
     }
     Owner {
         key: goroutine_key((id >> 32) as u32, g),
@@ -1342,8 +1357,40 @@ pub fn wprof_cpu_sample(ctx: PerfEventContext) -> u32 {
         .get_stackid(&STACK_TRACES, 0)
         .map(|id| id as i32)
         .unwrap_or(-1);
-    emit_stack(EventKind::CpuSample, key, 1, user_stack, kernel_stack);
+    let phases = sampled_stack_key(&ctx, key);
+    emit_stack(
+        EventKind::CpuSample,
+        key,
+        phases,
+        1,
+        user_stack,
+        kernel_stack,
+    );
     0
+}
+
+/// Whose stack of phases a CPU sample of thread `key` falls under: in a Go process, the
+/// goroutine it interrupted in user mode (r14 of the interrupted registers, checked against
+/// its stack as at a probe), so samples land under the Go phase that goroutine is in, on
+/// whatever thread it runs; otherwise, and in the kernel (no user registers here), the
+/// thread's.
+#[inline(always)]
+fn sampled_stack_key(ctx: &PerfEventContext, key: u64) -> u64 {
+    let tgid = (key >> 32) as u32;
+    if GO_PROCS.get_ptr(&tgid).is_none() {
+        return key;
+    }
+    let regs = ctx.as_ptr() as *const aya_ebpf::bindings::pt_regs;
+    // SAFETY: a perf event program's context (bpf_perf_event_data) starts with the
+    // interrupted registers; each field is read at a constant offset.
+    let (cs, g, sp) = unsafe { ((*regs).cs, (*regs).r14, (*regs).rsp) };
+    if cs & 3 != 3 {
+        return key;
+    }
+    match go_stack_top(g, sp) {
+        Some(_) => goroutine_key(tgid, g),
+        None => key,
+    }
 }
 
 /// sched:sched_switch: a traced thread leaving the CPU records where and when; one coming back
@@ -1393,6 +1440,7 @@ pub fn wprof_sched_switch(ctx: TracePointContext) -> u32 {
     emit_stack(
         EventKind::OffCpu,
         start.pid_tgid,
+        start.pid_tgid,
         off,
         start.user_stack,
         start.kernel_stack,
@@ -1400,10 +1448,18 @@ pub fn wprof_sched_switch(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// Sends a [`StackEvent`] for thread `key`: its innermost open phase and the return addresses
-/// its pending uretprobes replaced.
+/// Sends a [`StackEvent`] for thread `key`: the innermost open phase of the stack of phases
+/// `phases` (`STACKS` key: the thread's, or the goroutine's it was running) and the return
+/// addresses that stack's pending uretprobes replaced.
 #[inline(always)]
-fn emit_stack(kind: EventKind, key: u64, weight: u64, user_stack: i32, kernel_stack: i32) {
+fn emit_stack(
+    kind: EventKind,
+    key: u64,
+    phases: u64,
+    weight: u64,
+    user_stack: i32,
+    kernel_stack: i32,
+) {
     let Some(mut entry) = EVENTS.reserve::<StackEvent>(0) else {
         bump(match kind {
             EventKind::OffCpu => counter::LOST_OFF_CPU,
@@ -1420,7 +1476,7 @@ fn emit_stack(kind: EventKind, key: u64, weight: u64, user_stack: i32, kernel_st
         kernel_stack,
         ..StackEvent::default()
     };
-    if let Some(st) = STACKS.get_ptr(&key) {
+    if let Some(st) = STACKS.get_ptr(&phases) {
         // SAFETY: read-only look at the thread's stack.
         let st = unsafe { &*st };
         let len = st.len as usize;
