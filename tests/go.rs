@@ -43,6 +43,16 @@ fn go_fixture(name: &str) -> Option<PathBuf> {
     dir.as_ref().map(|d| d.join(name))
 }
 
+/// What a tracing test needs: BPF, the built Go fixture `name` (see [`go_fixture`]) and the
+/// lock that keeps BPF tests apart; None when the test may skip.
+fn ready(name: &str) -> Option<(std::sync::MutexGuard<'static, ()>, PathBuf)> {
+    if !bpf_available() {
+        return None;
+    }
+    let prog = go_fixture(name)?;
+    Some((bpf_lock(), prog))
+}
+
 /// The fixture's `goparquet: key=value ...` line.
 fn truth(stdout: &[u8]) -> HashMap<String, u64> {
     let stdout = String::from_utf8_lossy(stdout);
@@ -226,13 +236,9 @@ fn record(
 
 #[test]
 fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_timers() {
-    if !bpf_available() {
-        return;
-    }
-    let Some(prog) = go_fixture("goparquet") else {
+    let Some((_g, prog)) = ready("goparquet") else {
         return;
     };
-    let _g = bpf_lock();
     let dir = tempdir();
     // 50,000 WriteBatch calls per backend (100,000), 32 writer goroutines on 2 CPUs, a fresh
     // goroutine per file, GOGC=10: with the library's writes, flushes, closes and the GC's
@@ -312,13 +318,9 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
 
 #[test]
 fn attach_by_pid_counts_exactly() {
-    if !bpf_available() {
-        return;
-    }
-    let Some(prog) = go_fixture("goparquet") else {
+    let Some((_g, prog)) = ready("goparquet") else {
         return;
     };
-    let _g = bpf_lock();
     let dir = tempdir();
     let json = dir.path().join("run.json");
     let mut fixture = spawn_waiting(&prog, &["--wait", "-batches", "4000", "-workers", "8"]);
@@ -339,13 +341,9 @@ fn attach_by_pid_counts_exactly() {
 
 #[test]
 fn a_stripped_build_resolves_through_gopclntab_and_forced_uretprobes_are_refused_for_go() {
-    if !bpf_available() {
-        return;
-    }
-    let Some(prog) = go_fixture("goparquet-stripped") else {
+    let Some((_g, prog)) = ready("goparquet-stripped") else {
         return;
     };
-    let _g = bpf_lock();
     let dir = tempdir();
     // `--return uretprobe` would crash a Go program: wprof keeps RET sites and says so.
     let (out, run) = record(
@@ -367,13 +365,9 @@ fn a_stripped_build_resolves_through_gopclntab_and_forced_uretprobes_are_refused
 
 #[test]
 fn calls_in_flight_when_an_attach_ends_are_open_not_abandoned() {
-    if !bpf_available() {
-        return;
-    }
-    let Some(prog) = go_fixture("goparquet") else {
+    let Some((_g, prog)) = ready("goparquet") else {
         return;
     };
-    let _g = bpf_lock();
     let dir = tempdir();
     let json = dir.path().join("run.json");
     // Far more work than the attach lasts: goroutines are inside phases when it ends.
@@ -405,13 +399,9 @@ fn calls_in_flight_when_an_attach_ends_are_open_not_abandoned() {
 
 #[test]
 fn calls_left_by_a_recovered_panic_are_abandoned_and_the_tree_stays_right() {
-    if !bpf_available() {
-        return;
-    }
-    let Some(prog) = go_fixture("goparquet") else {
+    let Some((_g, prog)) = ready("goparquet") else {
         return;
     };
-    let _g = bpf_lock();
     let dir = tempdir();
     // Every 7th WriteBatch of a writer panics after taking its rows; the writer recovers.
     // The next call is often made deeper in the stack than the unwound one: it must not nest
@@ -490,15 +480,8 @@ fn a_go_binary_without_symbols_is_refused_with_what_is_missing() {
 /// returned on that thread, possibly the other backend's. So: one row per root call, each
 /// backend's rows hold only its own library's calls, and every library call is in a row.
 fn assert_call_rows_follow_goroutines(csv: &Path, run: &serde_json::Value) {
-    let text = std::fs::read_to_string(csv).expect("read the --events CSV");
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .unwrap_or_else(|| panic!("no column {name}: {header:?}"))
-    };
+    let csv = EventsCsv::read(csv);
+    let col = |name: &str| csv.col(name);
     let (root, arrow_lib, pqgo_lib) = (
         col("root"),
         col("pqarrow_write_calls"),
@@ -506,12 +489,12 @@ fn assert_call_rows_follow_goroutines(csv: &Path, run: &serde_json::Value) {
     );
     let mut rows: HashMap<String, u64> = HashMap::new();
     let (mut arrow_lib_calls, mut pqgo_lib_calls) = (0u64, 0u64);
-    for line in lines {
-        let f: Vec<&str> = line.split(',').collect();
+    for f in &csv.rows {
+        let line = f.join(",");
         let calls = |i: usize| f[i].parse::<u64>().expect("a call count");
         *rows.entry(f[root].to_string()).or_default() += 1;
         // A backend's roots (WriteBatch, Close, which flushes) hold only its library's calls.
-        match f[root] {
+        match f[root].as_str() {
             r if r.starts_with("arrow_") => {
                 assert_eq!(
                     calls(pqgo_lib),
@@ -553,13 +536,9 @@ fn assert_call_rows_follow_goroutines(csv: &Path, run: &serde_json::Value) {
 /// sample of a Go program was outside phases.)
 #[test]
 fn cpu_samples_land_under_the_go_phase_of_the_goroutine_they_interrupted() {
-    if !bpf_available() {
-        return;
-    }
-    let Some(prog) = go_fixture("goparquet") else {
+    let Some((_g, prog)) = ready("goparquet") else {
         return;
     };
-    let _g = bpf_lock();
     let dir = tempdir();
     let (_, run) = record(
         dir.path(),

@@ -40,24 +40,17 @@ fn events_csv_and_trace_of_a_recorded_run() {
     assert!(out.status.success(), "wprof record failed:\n{}", text(&out));
 
     // The CSV: a header and one row per write_record call, every row as wide as the header.
-    let csv = std::fs::read_to_string(&csv_path).expect("read the CSV");
-    let mut lines = csv.lines();
-    let header: Vec<&str> = lines.next().expect("CSV header").split(',').collect();
+    let csv = EventsCsv::read(&csv_path);
+    let (header, col) = (&csv.header, |name: &str| csv.col(name));
     assert_eq!(header[..5], ["start_us", "pid", "tid", "root", "total_us"]);
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
-    };
     let (total, wr, rc, root) = (
         col("total_us"),
         col("write_record_us"),
         col("recurse_phase_calls"),
         col("root"),
     );
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len(), 50, "{csv}");
+    let rows = &csv.rows;
+    assert_eq!(rows.len(), 50, "{}", csv.text);
     for (i, r) in rows.iter().enumerate() {
         assert_eq!(r.len(), header.len(), "row {i}: {r:?}");
         assert_eq!(r[root], "write_record", "row {i}");
@@ -136,7 +129,7 @@ fn events_csv_and_trace_of_a_recorded_run() {
         .args(["--format", "csv"]));
     assert!(rep.status.success(), "{}", text(&rep));
     assert!(
-        rep.stdout == csv.as_bytes(),
+        rep.stdout == csv.text.as_bytes(),
         "report --format csv differs:\n{}",
         text(&rep)
     );

@@ -264,17 +264,9 @@ fn a_refresh_cycle_is_four_phases_matching_the_extensions_own_timers() {
 
     // The per-cycle CSV: one row per refresh, the root's columns and each phase's call count;
     // row by row, the MERGE's time is the one the extension measured in that cycle.
-    let text = std::fs::read_to_string(&csv).expect("read the CSV");
-    let mut lines = text.lines();
-    let header: Vec<&str> = lines.next().expect("header").split(',').collect();
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .unwrap_or_else(|| panic!("no column {name} in {header:?}"))
-    };
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
-    assert_eq!(rows.len() as u64, CYCLES, "{text}");
+    let csv = EventsCsv::read(&csv);
+    let (rows, col) = (&csv.rows, |name: &str| csv.col(name));
+    assert_eq!(rows.len() as u64, CYCLES, "{}", csv.text);
     for (row, t) in rows.iter().zip(&truth) {
         assert_eq!(row[col("root")], "refresh", "{row:?}");
         for (phase, calls) in [

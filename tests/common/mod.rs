@@ -91,6 +91,37 @@ pub fn tempdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
+/// An `--events` CSV (no field holds a comma): its header and its rows, field by field.
+pub struct EventsCsv {
+    /// The file's text (for failure messages).
+    pub text: String,
+    /// Column names.
+    pub header: Vec<String>,
+    /// The rows, each as wide as the file has it.
+    pub rows: Vec<Vec<String>>,
+}
+
+impl EventsCsv {
+    /// Reads and splits the CSV at `path`.
+    pub fn read(path: &Path) -> EventsCsv {
+        let text = std::fs::read_to_string(path)
+            .unwrap_or_else(|e| panic!("read the CSV {}: {e}", path.display()));
+        let split = |l: &str| l.split(',').map(str::to_string).collect::<Vec<_>>();
+        let mut lines = text.lines();
+        let header = split(lines.next().expect("a CSV header"));
+        let rows = lines.map(split).collect();
+        EventsCsv { text, header, rows }
+    }
+
+    /// The index of column `name`, or a panic listing the columns.
+    pub fn col(&self, name: &str) -> usize {
+        self.header
+            .iter()
+            .position(|h| h == name)
+            .unwrap_or_else(|| panic!("no column {name} in {:?}", self.header))
+    }
+}
+
 /// Reads a run JSON.
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text =
