@@ -605,3 +605,42 @@ fn cpu_samples_land_under_the_go_phase_of_the_goroutine_they_interrupted() {
     // the thread: at most 5%.
     assert!(out * 20 <= inside, "{summary}");
 }
+
+/// In-kernel aggregation on a Go program: the same exact counts and times within 5% of the
+/// program's timers, and the stop-the-world pauses still under the calls that sat through
+/// them (BPF adds each pause to its node's summary instead of sending it as a span).
+#[test]
+fn in_kernel_aggregation_keeps_go_counts_times_and_pauses() {
+    let Some((_g, prog)) = ready("goparquet") else {
+        return;
+    };
+    let dir = tempdir();
+    let (out, run) = record(
+        dir.path(),
+        &prog,
+        &["--aggregate", "kernel"],
+        &["-batches", "10000", "-workers", "16", "-gogc", "10"],
+    );
+    assert_eq!(
+        run["provenance"]["aggregation"],
+        "kernel",
+        "{}",
+        summary(&run)
+    );
+    let t = truth(&out.stdout);
+    assert_matches_fixture(&run, &t, 0.05);
+    let mut paused = 0;
+    for backend in ["arrow_write_batch", "pqgo_write_batch"] {
+        let stw = node(&run, &[backend, "gc_stw"]);
+        assert!(
+            u(stw, "total_ns") <= u(node(&run, &[backend]), "total_ns"),
+            "{stw}"
+        );
+        paused += u(stw, "count");
+    }
+    assert!(
+        paused >= 10,
+        "{paused} calls saw a pause\n{}",
+        summary(&run)
+    );
+}

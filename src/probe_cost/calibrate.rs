@@ -14,7 +14,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use wprof_common::{Event, EventKind, StackEvent, MAX_PHASES};
+use wprof_common::{Event, EventKind, StackEvent, CALIBRATION_FIRST_PHASE};
 
 use super::targets::{self, Start, Target, CHILD_ARG};
 use super::ClassCost;
@@ -24,7 +24,7 @@ use crate::resolve::CostClass;
 use crate::symbolize::maps::ProcessMaps;
 
 /// Phase ids the calibration functions use: the top of the id space, never a profile's.
-const FIRST_ID: u32 = MAX_PHASES - 8;
+const FIRST_ID: u32 = CALIBRATION_FIRST_PHASE;
 
 /// Timing rounds after the probes are attached.
 const ROUNDS: usize = 5;

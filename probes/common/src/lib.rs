@@ -15,6 +15,10 @@ pub const MAX_DEPTH: usize = 128;
 /// Largest number of phases one run may attach (phase ids index per-phase counters).
 pub const MAX_PHASES: u32 = 1024;
 
+/// The first of the phase ids wprof's probe-cost calibration uses (the last 8): spans of
+/// these phases lost to a full ring are the calibration's, never counted as the run's.
+pub const CALIBRATION_FIRST_PHASE: u32 = MAX_PHASES - 8;
+
 /// Threads whose stacks BPF can track at once. Stacks are allocated on first use
 /// (BPF_F_NO_PREALLOC), so this bounds memory, it does not reserve it.
 pub const MAX_THREADS: u32 = 65_536;

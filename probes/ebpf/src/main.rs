@@ -45,11 +45,11 @@ use wprof_common::{
     },
     Event, EventKind, Frame, GoStw, HistKey, NodeCounters, NodeKey, NodeSummary, PhaseCost,
     PhaseCounters, PhaseKey, StackEvent, ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL,
-    COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_KEY_BIT, COOKIE_STW_START_BIT,
-    COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT, DEFAULT_RING_BYTES,
-    GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, KEY_BYTES, MAX_DEPTH,
-    MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES, MAX_THREADS,
-    SYS_EXIT_BIT, SYS_PHASE_SLOTS,
+    CALIBRATION_FIRST_PHASE, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_KEY_BIT,
+    COOKIE_STW_START_BIT, COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT,
+    DEFAULT_RING_BYTES, GOROUTINE_KEY_BIT, GO_G_STACK_HI, GO_MAX_STACK, GO_SP_TOP, KEY_BYTES,
+    MAX_DEPTH, MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES,
+    MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
@@ -966,13 +966,13 @@ fn pop_frame(
     let cost = PHASE_COSTS.get(phase).copied().unwrap_or_default();
     let kernel_aggregate = CONFIG.get(config::KERNEL_AGGREGATE).copied().unwrap_or(0) != 0;
     // A Go call the world was stopped during: the pauses not already shown under its
-    // children become a child of the stop-the-world phase (per event only).
+    // children become a child of the stop-the-world phase.
     let mut stw = 0;
     if who.hi != 0 {
         stw = stw_total((who.id >> 32) as u32).saturating_sub(top.stw_at_entry);
         let own = stw.saturating_sub(top.stw_child_ns);
         let stw_phase = CONFIG.get(config::GO_STW_PHASE).copied().unwrap_or(0);
-        if own > 0 && stw_phase != 0 && !kernel_aggregate {
+        if own > 0 && stw_phase != 0 {
             top.child_ns += own;
             emit_stw(
                 &top,
@@ -981,6 +981,7 @@ fn pop_frame(
                 own,
                 now,
                 &who,
+                kernel_aggregate,
             );
         }
     }
@@ -1022,19 +1023,40 @@ fn pop_frame(
         desc_probe_ns: top.desc_probe_ns,
         stack: who.key,
     };
-    if !emit(span) {
+    // A calibration call lost to a full ring (at the end of a run, with the run's calls
+    // still coming) only lacks a sample: not the run's loss.
+    if !emit(span) && phase < CALIBRATION_FIRST_PHASE {
         count_lost(top.node);
     }
     Ok(())
 }
 
 /// Sends the stopped-the-world time `ns` of the Go call `top` (closing at `now`, at `depth`
-/// - 1) as a span of phase `stw_phase` under it.
+/// - 1) as a span of phase `stw_phase` under it, or adds it to that node's summary with
+/// in-kernel aggregation (as the span would have been: its probe-time share included).
 #[inline(always)]
-fn emit_stw(top: &Frame, stw_phase: u32, depth: u32, ns: u64, now: u64, who: &Owner) {
+#[allow(clippy::too_many_arguments)]
+fn emit_stw(
+    top: &Frame,
+    stw_phase: u32,
+    depth: u32,
+    ns: u64,
+    now: u64,
+    who: &Owner,
+    kernel_aggregate: bool,
+) {
     let id = who.id;
     let node = node_hash(top.node, stw_phase);
     define_node(node, top.node, stw_phase, depth, id, false);
+    if kernel_aggregate {
+        let pause = Frame {
+            node,
+            ..Frame::default()
+        };
+        let own_ns = PHASE_COSTS.get(stw_phase).map_or(0, |c| c.own_ns);
+        aggregate_call(&pause, ns, 0, own_ns);
+        return;
+    }
     let span = Event {
         kind: EventKind::Span as u32,
         phase: stw_phase,
