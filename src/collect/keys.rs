@@ -19,8 +19,9 @@ pub fn folded(key: &NodeKey) -> String {
     out
 }
 
-/// Folds the literals of `raw` (see [`KeyScanner`]); invalid UTF-8 is replaced, not refused:
-/// the bytes are the traced program's.
+/// Folds the literals of `raw` (see [`KeyScanner`]; leading white space goes, a run of it
+/// anywhere else is one space); invalid UTF-8 is replaced, not refused: the bytes are the
+/// traced program's.
 pub fn fold(raw: &[u8]) -> String {
     let mut scan = KeyScanner::default();
     let bytes: Vec<u8> = raw
@@ -28,7 +29,8 @@ pub fn fold(raw: &[u8]) -> String {
         .take_while(|c| **c != 0)
         .filter_map(|c| scan.step(*c))
         .collect();
-    String::from_utf8_lossy(&bytes).trim().to_string()
+    // Not trimmed: BPF hashed every emitted byte, a trailing space included.
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -45,6 +47,12 @@ mod tests {
             fold(b"SELECT $1, 1.5e3, 0x1F, \"col 7\"  FROM\n\tt"),
             "SELECT $1, ?, ?, \"col ?\" FROM t"
         );
+    }
+
+    #[test]
+    fn leading_white_space_folds_away_a_trailing_run_is_one_space() {
+        assert_eq!(fold(b"\n    SELECT 1\n  "), "SELECT ? ");
+        assert_eq!(fold(b"   "), "");
     }
 
     #[test]

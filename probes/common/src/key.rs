@@ -63,9 +63,19 @@ pub struct NodeKey {
 /// time, so BPF can run it without a branch per byte: with branches, the verifier explores
 /// every combination of the bytes' paths, and on 6.1 that exceeds its budget of a million
 /// instructions over 128 bytes.
-#[derive(Copy, Clone, Debug, Default)]
+#[derive(Copy, Clone, Debug)]
 pub struct KeyScanner {
     mode: u8,
+}
+
+impl Default for KeyScanner {
+    /// A scanner at the start of a string: as after white space, so leading white space
+    /// folds away.
+    fn default() -> Self {
+        KeyScanner {
+            mode: KEY_START_MODE,
+        }
+    }
 }
 
 /// Scanner modes (what the previous bytes were).
@@ -74,6 +84,9 @@ const IDENT: u8 = 1;
 const NUMBER: u8 = 2;
 const QUOTED: u8 = 3;
 const SPACE: u8 = 4;
+
+/// The mode a scan starts in (as after white space).
+pub const KEY_START_MODE: u8 = SPACE;
 
 /// Byte classes.
 const C_OTHER: u8 = 0;

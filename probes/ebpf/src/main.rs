@@ -41,7 +41,7 @@ use wprof_common::{
     config, counter, goroutine_key, hist_bucket,
     key::{
         key_hash_step, key_next_index, COOKIE_PHASE_MASK, KEY_CSTR, KEY_HASH_START, KEY_NEXT_LEN,
-        KEY_PTR_LEN,
+        KEY_PTR_LEN, KEY_START_MODE,
     },
     Event, EventKind, Frame, GoStw, HistKey, NodeCounters, NodeKey, NodeSummary, PhaseCost,
     PhaseCounters, PhaseKey, StackEvent, ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL,
@@ -477,7 +477,7 @@ fn string_key(site: &Site, regs: &aya_ebpf::bindings::pt_regs) -> u64 {
     buf.len = n as u32;
     // KeyScanner::step without a branch: table lookups and masks, one path per byte.
     let mut h = KEY_HASH_START;
-    let mut mode = 0u8;
+    let mut mode = KEY_START_MODE;
     for i in 0..KEY_BYTES {
         if i as i64 >= n {
             break;
