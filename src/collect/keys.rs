@@ -24,11 +24,8 @@ pub fn folded(key: &NodeKey) -> String {
 /// traced program's.
 pub fn fold(raw: &[u8]) -> String {
     let mut scan = KeyScanner::default();
-    let bytes: Vec<u8> = raw
-        .iter()
-        .take_while(|c| **c != 0)
-        .filter_map(|c| scan.step(*c))
-        .collect();
+    // Every byte BPF hashed (`len` of them: a C string's NUL is not among them).
+    let bytes: Vec<u8> = raw.iter().filter_map(|c| scan.step(*c)).collect();
     // Not trimmed: BPF hashed every emitted byte, a trailing space included.
     String::from_utf8_lossy(&bytes).into_owned()
 }

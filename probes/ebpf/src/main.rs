@@ -180,12 +180,6 @@ struct Owner {
     hi: u64,
 }
 
-/// The owner of a hit on thread `id` with stack pointer `sp`. A Go site's stack is its
-/// goroutine's: `r14` holds the running goroutine's `g` (Go's register ABI, amd64, 1.17+),
-/// and `g.stack.hi`, the top of its stack, turns `sp` into a distance that survives the
-/// runtime moving the stack (growth or shrinking copies the frames to a new stack at the
-/// same distance from its top). Anything else, or a `g` that does not hold `sp` (assembly
-/// that uses r14 for itself), stays with the thread.
 /// The top of goroutine `g`'s stack (`g.stack.hi`) if `sp` lies on that stack: then `g` (r14)
 /// really is the running goroutine, not a register that assembly used for itself.
 #[inline(always)]
@@ -200,6 +194,12 @@ fn go_stack_top(g: u64, sp: u64) -> Option<u64> {
 #[map]
 static GO_PROCS: HashMap<u32, u8> = HashMap::with_max_entries(16_384, 0);
 
+/// The owner of a hit on thread `id` with stack pointer `sp`. A Go site's stack is its
+/// goroutine's: `r14` holds the running goroutine's `g` (Go's register ABI, amd64, 1.17+),
+/// and `g.stack.hi`, the top of its stack, turns `sp` into a distance that survives the
+/// runtime moving the stack (growth or shrinking copies the frames to a new stack at the
+/// same distance from its top). Anything else, or a `g` that does not hold `sp` (assembly
+/// that uses r14 for itself), stays with the thread.
 #[inline(always)]
 fn owner_of(site: &Site, regs: &aya_ebpf::bindings::pt_regs, id: u64, sp: u64) -> Owner {
     let thread = Owner {
