@@ -310,7 +310,7 @@ impl Profile {
                         p.name
                     ));
                 }
-                if g.arg + g.kind.registers() > 9 {
+                if u16::from(g.arg) + u16::from(g.kind.registers()) > 9 {
                     return err(format!(
                         "phase '{}': group_by arg = {} with type = \"{}\" needs argument \
                          registers up to {}; there are 0-5 (System V x86-64) and 0-8 for Go \
@@ -318,7 +318,7 @@ impl Profile {
                         p.name,
                         g.arg,
                         g.kind.as_str(),
-                        g.arg + g.kind.registers() - 1
+                        u16::from(g.arg) + u16::from(g.kind.registers()) - 1
                     ));
                 }
             }
@@ -359,6 +359,10 @@ mod tests {
             (
                 "group_by = { arg = 8, type = \"str\" }",
                 "registers up to 9",
+            ),
+            (
+                "group_by = { arg = 255, type = \"str\" }",
+                "registers up to 256",
             ),
             (
                 "group_by = { arg = 0, type = \"utf16\" }",
