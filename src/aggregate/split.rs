@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use wprof_common::Event;
 
-use super::tree::{prune_unreached, sort_by_total, Builder, NodeMap, NodeStats};
+use super::tree::{phase_name, Builder, NodeMap, NodeStats};
 use super::PhaseTree;
 
 /// Most spans held for one thread's open root call (about 90 bytes each): a root call with
@@ -124,29 +124,12 @@ impl Splitter {
 
     /// The split phase's name in `names`.
     pub(super) fn phase_name(&self, names: &[String]) -> String {
-        names
-            .get(self.phase as usize)
-            .cloned()
-            .unwrap_or_else(|| format!("phase#{}", self.phase))
+        phase_name(names, self.phase)
     }
 
     /// The two trees, built as the merged one is (`build` knows the node definitions), from
     /// the definitions' `roots`; `phase` names the split phase.
     pub(super) fn finish(self, phase: String, build: &Builder<'_>, roots: &[u64]) -> SplitTrees {
-        let half = |mut stats: NodeMap<NodeStats>, events: u64| {
-            let mut trees: Vec<_> = roots
-                .iter()
-                .map(|&n| build.node(n, &mut stats))
-                .filter_map(prune_unreached)
-                .collect();
-            sort_by_total(&mut trees);
-            PhaseTree {
-                roots: trees,
-                // What no root's subtree took: spans of never-defined nodes.
-                orphan_spans: stats.values().map(|s| s.count).sum(),
-                events,
-            }
-        };
         let still_held: u64 = self
             .held
             .values()
@@ -154,8 +137,8 @@ impl Splitter {
             .sum();
         SplitTrees {
             phase,
-            with: half(self.with, self.with_spans),
-            without: half(self.without, self.without_spans),
+            with: build.partial_tree(roots, self.with, self.with_spans),
+            without: build.partial_tree(roots, self.without, self.without_spans),
             unattributed_spans: self.unattributed + still_held,
             oversized_roots: self.oversized,
         }

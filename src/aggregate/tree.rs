@@ -600,21 +600,9 @@ impl Aggregator {
         let build = self.builder(&children, names, roles, &none);
         let mut out: Vec<ProcessTree> = per_pid
             .into_iter()
-            .map(|(pid, mut stats)| {
-                let mut trees: Vec<TreeNode> = roots
-                    .iter()
-                    .map(|&n| build.node(n, &mut stats))
-                    .filter_map(prune_unreached)
-                    .collect();
-                sort_by_total(&mut trees);
-                ProcessTree {
-                    pid,
-                    tree: PhaseTree {
-                        roots: trees,
-                        orphan_spans: stats.values().map(|s| s.count).sum(),
-                        events: 0,
-                    },
-                }
+            .map(|(pid, stats)| ProcessTree {
+                pid,
+                tree: build.partial_tree(&roots, stats, 0),
             })
             .collect();
         out.sort_by_key(|p| p.pid);
@@ -711,14 +699,41 @@ pub(super) struct Builder<'a> {
     end: &'a EndCounters,
 }
 
+/// The name of phase id `phase` in `names`, `phase#N` for an id it does not have.
+pub(super) fn phase_name(names: &[String], phase: u32) -> String {
+    names
+        .get(phase as usize)
+        .cloned()
+        .unwrap_or_else(|| format!("phase#{phase}"))
+}
+
 impl Builder<'_> {
+    /// The tree over part of the run's calls (one process's, one half of a split), from the
+    /// node definitions' `roots`: only the nodes those calls reached, largest root first;
+    /// `events` is what the part saw.
+    pub(super) fn partial_tree(
+        &self,
+        roots: &[u64],
+        mut stats: NodeMap<NodeStats>,
+        events: u64,
+    ) -> PhaseTree {
+        let mut trees: Vec<TreeNode> = roots
+            .iter()
+            .map(|&n| self.node(n, &mut stats))
+            .filter_map(prune_unreached)
+            .collect();
+        sort_by_total(&mut trees);
+        PhaseTree {
+            roots: trees,
+            // What no root's subtree took: spans of never-defined nodes.
+            orphan_spans: stats.values().map(|s| s.count).sum(),
+            events,
+        }
+    }
+
     pub(super) fn node(&self, node: u64, stats: &mut NodeMap<NodeStats>) -> TreeNode {
         let phase = self.defs.get(&node).map_or(u32::MAX, |d| d.phase);
-        let name = self
-            .names
-            .get(phase as usize)
-            .cloned()
-            .unwrap_or_else(|| format!("phase#{phase}"));
+        let name = phase_name(self.names, phase);
         let role = self.roles.get(phase as usize).cloned().flatten();
         let mut t = TreeNode::empty(phase, name, role);
         t.key = self.keys.get(&node).cloned();

@@ -297,8 +297,6 @@ fn basename(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
 
-/// The first symbol, demangled without parameters, truncated at the front (the function name
-/// is at the end); `(+N)` when there are more.
 /// `name+4` when the entry probe sits past the function's start (a leading `endbr64`).
 fn with_offset(mut s: String, offset: u64) -> String {
     if offset > 0 && !s.is_empty() {
@@ -307,6 +305,8 @@ fn with_offset(mut s: String, offset: u64) -> String {
     s
 }
 
+/// The first symbol, demangled without parameters, truncated at the front (the function name
+/// is at the end); `(+N)` when there are more.
 fn symbol_text(symbols: &[String]) -> String {
     let Some(first) = symbols.first() else {
         return String::new();

@@ -553,10 +553,6 @@ fn calls(n: u64) -> String {
     }
 }
 
-#[cfg(test)]
-#[path = "text_tests.rs"]
-mod tests;
-
 /// Characters of a grouped node's string the tree shows (JSON has all of it).
 const KEY_SHOWN: usize = 48;
 
@@ -570,3 +566,7 @@ fn shown_name(node: &TreeNode) -> String {
         _ => node.label().into_owned(),
     }
 }
+
+#[cfg(test)]
+#[path = "text_tests.rs"]
+mod tests;

@@ -276,17 +276,9 @@ impl Session {
     /// Sends SQL and returns the lines it printed (results and errors, e.g. `ERROR:  duplicate
     /// key ...`), waiting for the statement to finish.
     pub fn exec(&mut self, sql: &str) -> Vec<String> {
-        const MARK: &str = "__wprof_test_done__";
-        writeln!(self.stdin, "{sql}\n\\echo {MARK}").expect("write to psql");
-        self.stdin.flush().expect("flush psql");
-        let mut out = Vec::new();
-        loop {
-            match self.lines.recv_timeout(Duration::from_secs(120)) {
-                Ok(l) if l == MARK => return out,
-                Ok(l) => out.push(l),
-                Err(e) => panic!("psql session ended or hung ({e}); output so far: {out:?}"),
-            }
-        }
+        let (out, ended) = self.exec_may_end(sql);
+        assert!(!ended, "psql session ended; output so far: {out:?}");
+        out
     }
 
     /// Like [`Session::exec`], for a statement that may end the session (the backend dies):

@@ -189,8 +189,9 @@ fn go_stack_top(g: u64, sp: u64) -> Option<u64> {
     (hi > sp && hi - sp <= GO_MAX_STACK).then_some(hi)
 }
 
-/// The processes in which a Go phase fired with a valid goroutine: their CPU samples are
-/// looked up on the interrupted goroutine's stack of phases.
+/// The processes in which a goroutine opened a stack of phases (marked by `stack_for`, once
+/// per such stack, not per hit): their CPU samples are looked up on the interrupted
+/// goroutine's stack.
 #[map]
 static GO_PROCS: HashMap<u32, u8> = HashMap::with_max_entries(16_384, 0);
 
@@ -215,11 +216,6 @@ fn owner_of(site: &Site, regs: &aya_ebpf::bindings::pt_regs, id: u64, sp: u64) -
     let Some(hi) = go_stack_top(g, sp) else {
         return thread;
     };
-    let tgid = (id >> 32) as u32;
-    if GO_PROCS.get_ptr(&tgid).is_none() {
-        let one = 1u8;
-        let _ = GO_PROCS.insert(&tgid, &one, BPF_ANY as u64);
-    }
     Owner {
         key: goroutine_key((id >> 32) as u32, g),
         id,
@@ -649,7 +645,10 @@ fn stack_for(key: u64) -> Option<&'static mut ThreadStack> {
     let scratch = unsafe { &mut *scratch };
     scratch.len = 0;
     scratch.tgid = if key & GOROUTINE_KEY_BIT != 0 {
-        (bpf_get_current_pid_tgid() >> 32) as u32
+        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        let one = 1u8;
+        let _ = GO_PROCS.insert(&tgid, &one, BPF_ANY as u64);
+        tgid
     } else {
         0
     };
