@@ -272,6 +272,11 @@ impl Tracer {
             // Go calls show the stop-the-world pauses they sat through under this phase.
             self.set_config(wprof_common::config::GO_STW_PHASE, u64::from(id) + 1)?;
         }
+        // Returns go live before entries. A call already in flight then shows as an unmatched
+        // return, which is what it is; entries first would leave it an open frame that the
+        // goroutine's or thread's next call at that depth counts as abandoned.
+        let entry = self.progs.entry;
+        plan.sort_by_key(|(prog, _, _)| *prog == entry);
         let scopes = scopes(pids, every_process)?;
         for (scope, pid) in scopes {
             for (prog, target, points) in &plan {
