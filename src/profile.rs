@@ -250,12 +250,10 @@ impl Profile {
         if self.phases.is_empty() {
             return err("no [[phase]] entries".into());
         }
-        if self.phases.len() > wprof_common::MAX_PHASES as usize {
-            return err(format!(
-                "{} phases; at most {}",
-                self.phases.len(),
-                wprof_common::MAX_PHASES
-            ));
+        // The last phase ids are the probe-cost calibration's own.
+        let most = wprof_common::CALIBRATION_FIRST_PHASE as usize;
+        if self.phases.len() > most {
+            return err(format!("{} phases; at most {most}", self.phases.len()));
         }
         let mut seen = std::collections::HashSet::new();
         for p in &self.phases {
@@ -417,6 +415,26 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("used twice"), "{e}");
+    }
+
+    #[test]
+    fn more_phases_than_ids_below_the_calibrations_are_refused() {
+        let text = |n: usize| {
+            let mut t = String::from("name='x'\n");
+            for i in 0..n {
+                t += &format!("[[phase]]\nname='p{i}'\nsymbol='f{i}'\n");
+            }
+            t
+        };
+        let most = wprof_common::CALIBRATION_FIRST_PHASE as usize;
+        assert_eq!(Profile::parse(&text(most), "t").unwrap().phases.len(), most);
+        let e = Profile::parse(&text(most + 1), "t")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("{} phases; at most {most}", most + 1)),
+            "{e}"
+        );
     }
 
     #[test]
