@@ -647,3 +647,85 @@ fn in_kernel_aggregation_keeps_go_counts_times_and_pauses() {
         summary(&run)
     );
 }
+
+/// `group_by` on a Go `string` (`type = "str"`: pointer and length in two registers of Go's
+/// ABI, never NUL-terminated): `writeFile(name, path string, ...)` becomes one node per
+/// backend name, each holding only its own backend's WriteBatch calls. Reading the name as a
+/// C string would run on into the binary's other string data and miss both keys.
+#[test]
+fn a_go_string_argument_groups_a_phase_one_node_per_value() {
+    let Some((_g, prog)) = ready("goparquet") else {
+        return;
+    };
+    let dir = tempdir();
+    let profile = dir.path().join("files.toml");
+    std::fs::write(
+        &profile,
+        r#"name = "go-files"
+object = "exe"
+[[phase]]
+name = "write_file"
+symbol = "main.writeFile"
+group_by = { arg = 0, type = "str" }
+[[phase]]
+name = "arrow_write_batch"
+symbol = '*.(\*ArrowBackend).WriteBatch'
+[[phase]]
+name = "pqgo_write_batch"
+symbol = '*.(\*ParquetGoBackend).WriteBatch'
+"#,
+    )
+    .unwrap();
+    let json = dir.path().join("run.json");
+    let out = run(wprof()
+        .arg("record")
+        .arg("--target")
+        .arg(&profile)
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(&prog)
+        .args(["-batches", "800", "-workers", "4", "-file-batches", "50"]));
+    assert!(out.status.success(), "{}", text(&out));
+    let t = truth(&out.stdout);
+    let run = read_json(&json);
+    let roots = run["tree"]["roots"].as_array().unwrap();
+    let keys: Vec<&str> = roots
+        .iter()
+        .map(|r| {
+            assert_eq!(r["name"], "write_file", "{}", summary(&run));
+            r["key"].as_str().unwrap_or_else(|| panic!("no key: {r}"))
+        })
+        .collect();
+    assert_eq!(keys.len(), 2, "{keys:?}");
+    // 800 batches over 4 writers, a file every 50: 16 files per backend.
+    assert_eq!(t["files"], 32);
+    for (key, phase, calls) in [
+        ("arrow", "arrow_write_batch", "arrow_write_batch_calls"),
+        (
+            "parquet_go",
+            "pqgo_write_batch",
+            "parquet_go_write_batch_calls",
+        ),
+    ] {
+        let r = roots
+            .iter()
+            .find(|r| r["key"] == key)
+            .unwrap_or_else(|| panic!("no write_file [{key}]: {keys:?}"));
+        assert_eq!(u(r, "count"), 16, "{key}\n{}", summary(&run));
+        let children = r["children"].as_array().unwrap();
+        assert_eq!(children.len(), 1, "{key}: {children:?}");
+        assert_eq!(children[0]["name"], phase);
+        assert_eq!(u(&children[0], "count"), t[calls], "{key}");
+    }
+    for k in [
+        "abandoned",
+        "unmatched_returns",
+        "lost_spans",
+        "open_at_end",
+    ] {
+        assert_eq!(u(&run["counters"], k), 0, "{k}\n{}", summary(&run));
+    }
+    let tree = String::from_utf8_lossy(&out.stdout);
+    assert!(tree.contains("write_file [parquet_go]"), "{tree}");
+}

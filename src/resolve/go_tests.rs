@@ -174,6 +174,14 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
         [[phase]]
         name = "nosplit"
         symbol = "main.nosplit"
+        [[phase]]
+        name = "by_c_string"
+        symbol = "main.leaf"
+        group_by = { arg = 0 }
+        [[phase]]
+        name = "by_go_string"
+        symbol = "main.leaf"
+        group_by = { arg = 0, type = "str" }
         "#,
     );
     let phases = resolve_profile(&prof, &Scope::Binary(app.clone())).unwrap();
@@ -225,6 +233,19 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
         "{bt}"
     );
     assert!(!bt.contains("endbr64"), "{bt}");
+
+    // group_by's default, a C string, means nothing in Go: refused with the way out.
+    match &phase(&phases, "by_c_string").status {
+        Status::Unresolved { reason, .. } => assert!(
+            reason.contains("main.leaf is a Go function") && reason.contains("type = \"str\""),
+            "{reason}"
+        ),
+        s => panic!("{s:?}"),
+    }
+    assert!(matches!(
+        phase(&phases, "by_go_string").status,
+        Status::Resolved
+    ));
 
     // No stack check: the entry stays at +0.
     for name in ["leaf", "nosplit"] {

@@ -27,7 +27,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use crate::error::WprofError;
-use crate::profile::{Capture, Phase, Profile, ReturnMode};
+use crate::profile::{Capture, Phase, Profile, ReturnMode, StringArg};
 
 /// What wprof traces: live processes, or a binary about to be started (`record`, `probes --binary`).
 #[derive(Debug, Clone)]
@@ -449,6 +449,16 @@ fn resolve_symbol_phase(
             );
             return unresolved(reason, Vec::new(), syms.is_go);
         }
+    }
+    let go = matches.iter().find(|m| m.function.language == Language::Go);
+    if let (Some(g), Some(StringArg::Cstr)) = (go, phase.group_by.map(|g| g.kind)) {
+        // Go has no C strings: bytes past a string's end are other data, never a NUL.
+        let reason = format!(
+            "group_by reads a C string (the default type), but {} is a Go function: a Go \
+             string is a pointer and a length, write group_by = {{ arg = N, type = \"str\" }}",
+            g.name.demangled
+        );
+        return unresolved(reason, Vec::new(), syms.is_go);
     }
     let mut targets = Vec::with_capacity(matches.len());
     for m in &matches {
