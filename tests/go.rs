@@ -677,12 +677,15 @@ symbol = '*.(\*ParquetGoBackend).WriteBatch'
     )
     .unwrap();
     let json = dir.path().join("run.json");
+    let trace = dir.path().join("trace.json");
     let out = run(wprof()
         .arg("record")
         .arg("--target")
         .arg(&profile)
         .arg("--json")
         .arg(&json)
+        .arg("--trace")
+        .arg(&trace)
         .arg("--")
         .arg(&prog)
         .args(["-batches", "800", "-workers", "4", "-file-batches", "50"]));
@@ -728,4 +731,15 @@ symbol = '*.(\*ParquetGoBackend).WriteBatch'
     }
     let tree = String::from_utf8_lossy(&out.stdout);
     assert!(tree.contains("write_file [parquet_go]"), "{tree}");
+    // The trace names each call as the tree does, the string in its args.
+    let trace = read_json(&trace);
+    for key in ["arrow", "parquet_go"] {
+        let calls = trace["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == format!("write_file [{key}]") && e["args"]["key"] == key)
+            .count();
+        assert_eq!(calls, 16, "{key}");
+    }
 }

@@ -63,6 +63,8 @@ pub struct SpanRecord {
     pub phase: u32,
     /// Nesting depth (0 = root).
     pub depth: u32,
+    /// The `group_by` string of the call's node: index + 1 into [`SpanLog::keys`], 0 for none.
+    pub key: u32,
 }
 
 /// The capped span log of a run.
@@ -72,6 +74,16 @@ pub struct SpanLog {
     pub spans: Vec<SpanRecord>,
     /// Whether spans were dropped at the cap.
     pub capped: bool,
+    /// The distinct `group_by` strings the spans' `key` points into.
+    pub keys: Vec<String>,
+}
+
+impl SpanLog {
+    /// The `group_by` string of `span`'s node, if it has one.
+    pub fn key_of(&self, span: &SpanRecord) -> Option<&str> {
+        let i = span.key.checked_sub(1)?;
+        self.keys.get(i as usize).map(String::as_str)
+    }
 }
 
 #[derive(Default)]
@@ -88,6 +100,9 @@ pub struct CallRecorder {
     pending: HashMap<u64, Pending>,
     table: CallTable,
     log: SpanLog,
+    /// Each kept span's tree node: its string arrives after the span at times (same drain),
+    /// so keys are looked up at the end.
+    span_nodes: Vec<u64>,
 }
 
 impl CallRecorder {
@@ -103,6 +118,7 @@ impl CallRecorder {
                 ..CallTable::default()
             },
             log: SpanLog::default(),
+            span_nodes: Vec::new(),
         }
     }
 
@@ -117,7 +133,9 @@ impl CallRecorder {
                 tid: ev.tid,
                 phase: ev.phase,
                 depth: ev.depth,
+                key: 0,
             });
+            self.span_nodes.push(ev.node);
         } else {
             self.log.capped = true;
         }
@@ -157,8 +175,21 @@ impl CallRecorder {
         });
     }
 
-    /// The table and the span log.
-    pub fn finish(self) -> (CallTable, SpanLog) {
+    /// The table and the span log, each span with its node's `group_by` string in `keys`.
+    pub fn finish<S: std::hash::BuildHasher>(
+        mut self,
+        keys: &HashMap<u64, String, S>,
+    ) -> (CallTable, SpanLog) {
+        let mut index: HashMap<u64, u32> = HashMap::new();
+        for (span, node) in self.log.spans.iter_mut().zip(&self.span_nodes) {
+            let Some(text) = keys.get(node) else {
+                continue;
+            };
+            span.key = *index.entry(*node).or_insert_with(|| {
+                self.log.keys.push(text.clone());
+                self.log.keys.len() as u32
+            });
+        }
         (self.table, self.log)
     }
 }
@@ -192,7 +223,7 @@ mod tests {
         c.span(&span(1, 1, 5, 8), false);
         c.span(&span(0, 0, 100, 7), false);
         c.span(&span(0, 0, 50, 8), false);
-        let (t, log) = c.finish();
+        let (t, log) = c.finish(&HashMap::new());
         assert_eq!(t.rows.len(), 2);
         assert_eq!(t.rows[0].phase_ns, [100, 10, 30]);
         assert_eq!(t.rows[0].phase_calls, [1, 1, 2]);
@@ -210,8 +241,31 @@ mod tests {
         for _ in 0..5 {
             c.span(&span(0, 0, 1, 1), false);
         }
-        let (t, log) = c.finish();
+        let (t, log) = c.finish(&HashMap::new());
         assert_eq!((t.rows.len(), t.total_calls, t.capped), (2, 5, true));
         assert!(log.capped);
+    }
+
+    #[test]
+    fn spans_of_grouped_nodes_carry_their_string_once_per_node() {
+        let names = vec!["w".to_string()];
+        let mut c = CallRecorder::new(&names, 10, 10);
+        for node in [5, 6, 5, 7] {
+            c.span(
+                &Event {
+                    node,
+                    ..span(0, 0, 1, 1)
+                },
+                false,
+            );
+        }
+        let keys = HashMap::from([(5, "SELECT ?".to_string()), (7, "DELETE".to_string())]);
+        let (_, log) = c.finish(&keys);
+        let got: Vec<Option<&str>> = log.spans.iter().map(|s| log.key_of(s)).collect();
+        assert_eq!(
+            got,
+            [Some("SELECT ?"), None, Some("SELECT ?"), Some("DELETE")]
+        );
+        assert_eq!(log.keys, ["SELECT ?", "DELETE"]);
     }
 }

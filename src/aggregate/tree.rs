@@ -578,7 +578,7 @@ impl Aggregator {
         let (calls, spans) = self
             .calls
             .take()
-            .map(CallRecorder::finish)
+            .map(|c| c.finish(&self.keys))
             .unwrap_or_default();
         let processes = self.finish_per_pid(names, roles);
         (self.finish(names, roles, end), calls, spans, processes)

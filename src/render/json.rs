@@ -293,11 +293,14 @@ impl CallsJ {
     }
 }
 
-/// The span log: `rows[i] = [start_ns, dur_ns, pid, tid, phase, depth]`.
+/// The span log: `rows[i] = [start_ns, dur_ns, pid, tid, phase, depth]`, and a 7th column,
+/// index + 1 into `keys`, on a span of a `group_by` node.
 #[derive(Serialize, Deserialize)]
 struct SpansJ {
     capped: bool,
-    rows: Vec<[u64; 6]>,
+    rows: Vec<Vec<u64>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    keys: Vec<String>,
 }
 
 impl From<&SpanLog> for SpansJ {
@@ -306,19 +309,24 @@ impl From<&SpanLog> for SpansJ {
             .spans
             .iter()
             .map(|s| {
-                [
+                let mut row = vec![
                     s.start_ns,
                     s.dur_ns,
                     s.pid.into(),
                     s.tid.into(),
                     s.phase.into(),
                     s.depth.into(),
-                ]
+                ];
+                if s.key != 0 {
+                    row.push(s.key.into());
+                }
+                row
             })
             .collect();
         SpansJ {
             capped: l.capped,
             rows,
+            keys: l.keys.clone(),
         }
     }
 }
@@ -330,6 +338,16 @@ impl SpansJ {
             let small = |v: u64| {
                 u32::try_from(v).with_context(|| format!("spans.rows[{i}]: {v} out of range"))
             };
+            let key = match r.len() {
+                6 => 0,
+                7 if r[6] >= 1 && r[6] <= self.keys.len() as u64 => small(r[6])?,
+                7 => bail!(
+                    "spans.rows[{i}]: key {} names none of the {} spans.keys",
+                    r[6],
+                    self.keys.len()
+                ),
+                n => bail!("spans.rows[{i}]: {n} columns, not 6 or 7"),
+            };
             spans.push(SpanRecord {
                 start_ns: r[0],
                 dur_ns: r[1],
@@ -337,11 +355,13 @@ impl SpansJ {
                 tid: small(r[3])?,
                 phase: small(r[4])?,
                 depth: small(r[5])?,
+                key,
             });
         }
         Ok(SpanLog {
             spans,
             capped: self.capped,
+            keys: self.keys,
         })
     }
 }

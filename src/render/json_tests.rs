@@ -375,6 +375,9 @@ fn grouped_run() -> Run {
         "MERGE INTO st USING (WITH {} ) AS d…",
         "x, ".repeat(40)
     ));
+    // The child span of the span log is a call of the first grouped node.
+    run.spans.keys = vec![kids[0].key.clone().unwrap()];
+    run.spans.spans[0].key = 1;
     run
 }
 
@@ -402,5 +405,19 @@ fn grouped_nodes_round_trip_validate_and_show_their_string() -> Result<()> {
     assert!(v.to_string().contains(&"x, ".repeat(40)));
     // Ungrouped nodes have no key field at all.
     assert!(v["tree"]["roots"][0].get("key").is_none());
+    // The span log keeps a grouped call's string: a 7th column into `spans.keys`.
+    assert_eq!(back.spans, run.spans);
+    assert_eq!(v["spans"]["rows"][0].as_array().unwrap().len(), 7);
+    assert_eq!(v["spans"]["rows"][1].as_array().unwrap().len(), 6);
+    for (row, want) in [
+        ("[1,2,3,4,0,0,2]", "key 2 names none of the 1 spans.keys"),
+        ("[1,2,3,4,0,0,0]", "key 0 names none"),
+        ("[1,2,3,4,0]", "5 columns, not 6 or 7"),
+    ] {
+        let mut bad = v.clone();
+        bad["spans"]["rows"][0] = serde_json::from_str(row)?;
+        let e = err_text(from_json(&bad.to_string()));
+        assert!(e.contains(want), "{row}: {e}");
+    }
     Ok(())
 }

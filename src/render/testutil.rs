@@ -242,6 +242,7 @@ pub fn sample_run() -> Run {
                     tid: 4243,
                     phase: 1,
                     depth: 1,
+                    key: 0,
                 },
                 crate::aggregate::SpanRecord {
                     start_ns: 1_000_000,
@@ -250,9 +251,11 @@ pub fn sample_run() -> Run {
                     tid: 4243,
                     phase: 0,
                     depth: 0,
+                    key: 0,
                 },
             ],
             capped: false,
+            keys: Vec::new(),
         },
         cpu: Some(crate::model::StackProfile {
             unit: "samples".into(),

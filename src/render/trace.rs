@@ -69,6 +69,15 @@ pub fn chrome_trace(run: &Run) -> Value {
             .map(|p| p.name.clone())
             .or_else(|| run.calls.columns.get(s.phase as usize).cloned())
             .unwrap_or_else(|| format!("phase {}", s.phase));
+        let mut args = json!({ "depth": s.depth });
+        // A grouped call is named as in flame graphs, `name [key]`, its string in args too.
+        let name = match run.spans.key_of(s) {
+            Some(key) => {
+                args["key"] = json!(key);
+                crate::aggregate::keyed_name(&name, key)
+            }
+            None => name,
+        };
         events.push(json!({
             "name": name,
             "cat": "phase",
@@ -77,7 +86,7 @@ pub fn chrome_trace(run: &Run) -> Value {
             "dur": us(s.dur_ns),
             "pid": s.pid,
             "tid": s.tid,
-            "args": { "depth": s.depth },
+            "args": args,
         }));
     }
 
@@ -115,6 +124,7 @@ mod tests {
             tid,
             phase,
             depth,
+            key: 0,
         }
     }
 
@@ -142,6 +152,7 @@ mod tests {
                 span(1_000, 10_000, 11, 0, 0),
             ],
             capped: true,
+            keys: Vec::new(),
         };
         run
     }
@@ -229,6 +240,23 @@ mod tests {
                 "{c} has no parent"
             );
         }
+    }
+
+    #[test]
+    fn grouped_calls_are_named_with_their_string() {
+        let mut run = sample();
+        run.spans.keys = vec!["SELECT ?".into()];
+        run.spans.spans[0].key = 1;
+        let t = chrome_trace(&run);
+        let leaf = xs(&t)
+            .into_iter()
+            .find(|e| e["args"]["depth"] == 2)
+            .unwrap();
+        assert_eq!(leaf["name"], "leaf [SELECT ?]");
+        assert_eq!(leaf["args"]["key"], "SELECT ?");
+        let root = xs(&t).into_iter().find(|e| e["name"] == "root").unwrap();
+        assert!(root["args"].get("key").is_none(), "{root}");
+        validate(&t).unwrap();
     }
 
     #[test]
