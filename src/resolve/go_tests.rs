@@ -372,3 +372,32 @@ fn a_go_binary_without_any_symbols_says_what_is_missing() {
         assert!(err.contains(want), "{want}: {err}");
     }
 }
+
+/// `runtime.g.m` and `runtime.m.curg` from the binary's DWARF: where the runtime has them
+/// (`m` follows the stack bounds, two guards, `_panic` and `_defer`: 48 bytes in every Go
+/// release since 1.17; `curg` moves between releases). No DWARF (`-ldflags=-w`): no layout.
+#[test]
+fn the_go_runtime_layout_comes_from_the_binarys_dwarf() {
+    if !have_go() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let app = build_go(dir.path(), SMALL, &[]);
+    let syms = symbols::ObjectSymbols::load(&app).unwrap();
+    let layout = super::go_layout::go_runtime_layout(&syms)
+        .unwrap()
+        .expect("layout");
+    assert_eq!(layout.g_m, 48);
+    assert!(
+        layout.m_curg % 8 == 0 && (64..1024).contains(&layout.m_curg),
+        "{layout:?}"
+    );
+    assert_eq!(
+        super::go_layout::go_runtime_layout_at(&app).unwrap(),
+        Some(layout)
+    );
+    let bare = tempfile::tempdir().unwrap();
+    let app = build_go(bare.path(), SMALL, &["-ldflags=-w"]);
+    let syms = symbols::ObjectSymbols::load(&app).unwrap();
+    assert_eq!(super::go_layout::go_runtime_layout(&syms).unwrap(), None);
+}

@@ -11,17 +11,13 @@
 //! abstract origin (a function inlined somewhere always has one) is all of .debug_info walked,
 //! reading the attributes of subprogram and inlined-subroutine entries only.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
-use std::io::Read;
 
-use anyhow::{bail, Context};
-use gimli::{
-    AttributeValue, DebugInfoOffset, DwTag, Dwarf, EndianSlice, RunTimeEndian, SectionId, Unit,
-};
-use object::{CompressionFormat, Object, ObjectSection};
+use anyhow::Context;
+use gimli::{AttributeValue, DebugInfoOffset, DwTag, Dwarf, Unit};
 
 use super::demangle::demangle;
+use super::dwarf::{with_dwarf, Reader};
 use super::symbols::ObjectSymbols;
 
 /// The inlined instances of one function.
@@ -33,23 +29,8 @@ pub struct InlinedCopies {
     pub callers: Vec<String>,
 }
 
-type Reader<'a> = EndianSlice<'a, RunTimeEndian>;
-
 /// The subprogram holding an inlined instance: its entry, and where its code starts.
 type Holder = (DebugInfoOffset, Option<u64>);
-
-/// The sections read; the others (line tables excepted, which units parse) load empty.
-const WANTED: &[SectionId] = &[
-    SectionId::DebugAbbrev,
-    SectionId::DebugAddr,
-    SectionId::DebugInfo,
-    SectionId::DebugLine,
-    SectionId::DebugLineStr,
-    SectionId::DebugRanges,
-    SectionId::DebugRngLists,
-    SectionId::DebugStr,
-    SectionId::DebugStrOffsets,
-];
 
 /// How many abstract-origin links are followed from a function's DIE (LTO adds a level).
 const ORIGIN_DEPTH: usize = 4;
@@ -61,41 +42,33 @@ pub fn inlined_copies(
     syms: &ObjectSymbols,
     addresses: &[u64],
 ) -> anyhow::Result<HashMap<u64, InlinedCopies>> {
-    let Some(file) = [syms.debug_data(), Some(syms.data())]
-        .into_iter()
-        .flatten()
-        .filter_map(|d| object::File::parse(d).ok())
-        .find(|f| {
-            f.section_by_name(".debug_info")
-                .is_some_and(|s| s.size() > 0)
-        })
-    else {
-        return Ok(HashMap::new());
-    };
     if addresses.is_empty() {
         return Ok(HashMap::new());
     }
-    let sections = gimli::DwarfSections::load(|id| load_section(&file, id))?;
-    let endian = if file.is_little_endian() {
-        RunTimeEndian::Little
-    } else {
-        RunTimeEndian::Big
-    };
-    let dwarf = sections.borrow(|s| EndianSlice::new(s, endian));
-    let units = Units::read(&dwarf)?;
+    let found = with_dwarf(syms, |dwarf| copies_in(syms, dwarf, addresses))?;
+    Ok(found.unwrap_or_default())
+}
+
+/// [`inlined_copies`] in the object's DWARF.
+fn copies_in<'a>(
+    syms: &ObjectSymbols,
+    dwarf: &Dwarf<Reader<'a>>,
+    addresses: &[u64],
+) -> anyhow::Result<HashMap<u64, InlinedCopies>> {
+    let units = Units::read(dwarf)?;
 
     // Pass 1: the DIE of each function, in the units whose code holds its address.
     let mut origins: HashMap<DebugInfoOffset, Vec<u64>> = HashMap::new();
     for u in &units.list {
         let unit = &u.unit;
-        if !covers_any(&dwarf, unit, addresses) {
+        if !covers_any(dwarf, unit, addresses) {
             continue;
         }
         walk(unit, &mut |die, _| {
             if die.tag != gimli::DW_TAG_subprogram {
                 return;
             }
-            for start in die.starts(&dwarf, unit) {
+            for start in die.starts(dwarf, unit) {
                 if addresses.contains(&start) {
                     if let Some(origin) = die.origin {
                         origins.entry(origin).or_default().push(start);
@@ -138,7 +111,7 @@ pub fn inlined_copies(
             let Some(addrs) = die.origin.and_then(|o| origins.get(&o)) else {
                 return;
             };
-            let holder = outer.map(|o| (o.offset, o.starts(&dwarf, unit)));
+            let holder = outer.map(|o| (o.offset, o.starts(dwarf, unit)));
             for a in addrs {
                 // A copy inlined into the function itself (recursion) runs inside a probed call.
                 if holder
@@ -156,7 +129,7 @@ pub fn inlined_copies(
         let name = match holder {
             Some((offset, start)) => start
                 .and_then(|s| name_at(syms, s))
-                .or_else(|| units.name_of(&dwarf, offset))
+                .or_else(|| units.name_of(dwarf, offset))
                 .unwrap_or_else(|| "?".into()),
             None => "?".into(),
         };
@@ -170,35 +143,6 @@ pub fn inlined_copies(
         }
     }
     Ok(out)
-}
-
-/// One section's bytes, decompressed if needed; empty if absent or not wanted.
-fn load_section<'d>(file: &object::File<'d>, id: SectionId) -> anyhow::Result<Cow<'d, [u8]>> {
-    if !WANTED.contains(&id) {
-        return Ok(Cow::Borrowed(&[]));
-    }
-    let Some(section) = file.section_by_name(id.name()) else {
-        return Ok(Cow::Borrowed(&[]));
-    };
-    let c = section
-        .compressed_data()
-        .with_context(|| format!("malformed {} section", id.name()))?;
-    match c.format {
-        CompressionFormat::None => Ok(Cow::Borrowed(c.data)),
-        CompressionFormat::Zlib => {
-            // The header's size is a hint only: never trust it for a huge allocation.
-            let hint = usize::try_from(c.uncompressed_size.min(1 << 28)).unwrap_or(0);
-            let mut out = Vec::with_capacity(hint);
-            flate2::read::ZlibDecoder::new(c.data)
-                .read_to_end(&mut out)
-                .with_context(|| format!("cannot decompress {}", id.name()))?;
-            Ok(Cow::Owned(out))
-        }
-        other => bail!(
-            "{} is compressed as {other:?}, which wprof cannot read (only zlib)",
-            id.name()
-        ),
-    }
 }
 
 /// The parsed units, by offset.

@@ -13,6 +13,8 @@
 pub mod debuginfo;
 pub mod demangle;
 pub mod disasm;
+pub mod dwarf;
+pub mod go_layout;
 pub mod gopclntab;
 pub mod inlined;
 pub mod kernel;
