@@ -160,8 +160,18 @@ impl Tracer {
     }
 
     /// Samples every CPU `hz` times a second with the software cpu-clock event (these VMs
-    /// have no hardware PMU); samples of untraced processes are dropped in BPF.
-    pub fn attach_cpu_sampling(&mut self, hz: u64) -> Result<usize> {
+    /// have no hardware PMU); samples of untraced processes are dropped in BPF. With `go`, the
+    /// traced Go binary's layout, a sample on a thread's system stack counts for the goroutine
+    /// that thread is working for.
+    pub fn attach_cpu_sampling(
+        &mut self,
+        hz: u64,
+        go: Option<crate::resolve::go_layout::GoRuntimeLayout>,
+    ) -> Result<usize> {
+        if let Some(l) = go {
+            self.set_config(config::GO_G_M, l.g_m)?;
+            self.set_config(config::GO_M_CURG, l.m_curg)?;
+        }
         let cpus =
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
         let (prog, first) = self.extra_program::<PerfEvent>(CPU_SAMPLE_PROG)?;

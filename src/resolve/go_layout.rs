@@ -10,11 +10,12 @@
 
 use std::path::Path;
 
-use anyhow::Context;
+use anyhow::{bail, Context};
 use gimli::{Dwarf, Unit};
 
 use super::dwarf::{with_dwarf, with_dwarf_in, Reader};
 use super::symbols::ObjectSymbols;
+use super::{Language, ResolvedPhase, Status};
 
 /// Offsets, in bytes, of the two fields from a `g` to its thread's current goroutine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,6 +37,34 @@ pub fn go_runtime_layout(syms: &ObjectSymbols) -> anyhow::Result<Option<GoRuntim
 pub fn go_runtime_layout_at(path: &Path) -> anyhow::Result<Option<GoRuntimeLayout>> {
     let data = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     Ok(with_dwarf_in(&[Some(&data)], find)?.flatten())
+}
+
+/// The layout of the Go binaries that `phases` attach to, for CPU sampling: `Ok(None)` when
+/// none is Go; an error saying why when one has no layout (no DWARF) or two disagree.
+pub fn layout_for_phases(phases: &[ResolvedPhase]) -> anyhow::Result<Option<GoRuntimeLayout>> {
+    let mut objects: Vec<&Path> = phases
+        .iter()
+        .filter(|p| matches!(p.status, Status::Resolved))
+        .flat_map(|p| &p.targets)
+        .filter(|t| t.language == Language::Go)
+        .map(|t| t.object.as_path())
+        .collect();
+    objects.sort();
+    objects.dedup();
+    let mut found = None;
+    for object in objects {
+        let layout = go_runtime_layout_at(object)?.with_context(|| {
+            format!(
+                "{} has no DWARF type information (built with -ldflags=-w?)",
+                object.display()
+            )
+        })?;
+        if found.is_some_and(|f| f != layout) {
+            bail!("the traced Go binaries were built by different Go releases");
+        }
+        found = Some(layout);
+    }
+    Ok(found)
 }
 
 /// Scans the units for `runtime.g` and `runtime.m`, stopping when both fields are known.

@@ -225,7 +225,14 @@ fn attach_kernel_side(
         note.push_str(", off-CPU tracking");
     }
     if let Some(hz) = t.cpu_sample {
-        let cpus = tracer.attach_cpu_sampling(hz)?;
+        let go = resolve::go_layout::layout_for_phases(phases).unwrap_or_else(|e| {
+            eprintln!(
+                "wprof: CPU samples on the Go system stack (GC assist marking, stack growth) \
+                 stay with their thread, outside phases: {e:#}"
+            );
+            None
+        });
+        let cpus = tracer.attach_cpu_sampling(hz, go)?;
         note.push_str(&format!(", CPU sampling at {hz} Hz on {cpus} CPUs"));
     }
     Ok(note)

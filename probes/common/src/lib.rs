@@ -344,8 +344,14 @@ pub mod config {
     /// symbol is `runtime.stopTheWorldWithSema`), 0 for none: a Go call the world was stopped
     /// during gets a child node of that phase holding the paused time.
     pub const GO_STW_PHASE: u32 = 6;
+    /// Offset of `runtime.g.m` in the traced Go binary (from its DWARF), 0 when unknown.
+    /// With [`GO_M_CURG`], a CPU sample on a thread's system stack (its `g0`) is looked up
+    /// on the stack of phases of the goroutine that thread is working for (`g0.m.curg`).
+    pub const GO_G_M: u32 = 7;
+    /// Offset of `runtime.m.curg` in the traced Go binary, 0 when unknown.
+    pub const GO_M_CURG: u32 = 8;
     /// Number of entries.
-    pub const COUNT: u32 = 8;
+    pub const COUNT: u32 = 12;
 }
 
 /// Indices of the global counters (a per-CPU array summed by userspace).

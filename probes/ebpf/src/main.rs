@@ -1393,7 +1393,9 @@ pub fn wprof_cpu_sample(ctx: PerfEventContext) -> u32 {
 /// Whose stack of phases a CPU sample of thread `key` falls under: in a Go process, the
 /// goroutine it interrupted in user mode (r14 of the interrupted registers, checked against
 /// its stack as at a probe), so samples land under the Go phase that goroutine is in, on
-/// whatever thread it runs; otherwise, and in the kernel (no user registers here), the
+/// whatever thread it runs. A sample on the thread's system stack (its `g0`: GC assist
+/// marking, stack growth) goes to the goroutine that switched there (`g0.m.curg`) when the
+/// binary's layout is known. Otherwise, and in the kernel (no user registers here), the
 /// thread's.
 #[inline(always)]
 fn sampled_stack_key(ctx: &PerfEventContext, key: u64) -> u64 {
@@ -1405,13 +1407,33 @@ fn sampled_stack_key(ctx: &PerfEventContext, key: u64) -> u64 {
     // SAFETY: a perf event program's context (bpf_perf_event_data) starts with the
     // interrupted registers; each field is read at a constant offset.
     let (cs, g, sp) = unsafe { ((*regs).cs, (*regs).r14, (*regs).rsp) };
-    if cs & 3 != 3 {
+    if cs & 3 != 3 || go_stack_top(g, sp).is_none() {
         return key;
     }
-    match go_stack_top(g, sp) {
-        Some(_) => goroutine_key(tgid, g),
-        None => key,
+    let own = goroutine_key(tgid, g);
+    if STACKS.get_ptr(&own).is_some() {
+        return own;
     }
+    match current_goroutine(g) {
+        Some(curg) if curg != g => goroutine_key(tgid, curg),
+        _ => own,
+    }
+}
+
+/// The user goroutine running on the thread that `g` runs on (`g.m.curg`), when the traced
+/// binary's offsets are known (config `GO_G_M`, `GO_M_CURG`) and it is not nil.
+#[inline(always)]
+fn current_goroutine(g: u64) -> Option<u64> {
+    let g_m = CONFIG.get(config::GO_G_M).copied().unwrap_or(0);
+    let m_curg = CONFIG.get(config::GO_M_CURG).copied().unwrap_or(0);
+    if g_m == 0 || m_curg == 0 {
+        return None;
+    }
+    // SAFETY: reads 8 bytes of the traced process's memory; a fault just yields an error.
+    let m = unsafe { bpf_probe_read_user((g + g_m) as *const u64) }.ok()?;
+    // SAFETY: as above.
+    let curg = unsafe { bpf_probe_read_user((m + m_curg) as *const u64) }.ok()?;
+    (curg != 0).then_some(curg)
 }
 
 /// sched:sched_switch: a traced thread leaving the CPU records where and when; one coming back
