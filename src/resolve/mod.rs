@@ -452,7 +452,6 @@ fn resolve_symbol_phase(
             return unresolved(reason, Vec::new(), syms.is_go);
         }
     }
-    let go = matches.iter().find(|m| m.function.language == Language::Go);
     if let (Some(g), Some(StringArg::Cstr)) = (go, phase.group_by.map(|g| g.kind)) {
         // Go has no C strings: bytes past a string's end are other data, never a NUL.
         let reason = format!(

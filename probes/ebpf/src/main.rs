@@ -336,38 +336,6 @@ fn stw_started(tgid: u32, now: u64) {
     }
 }
 
-/// Integer argument `n` (0-based) of the System V x86-64 calling convention.
-#[inline(always)]
-fn int_arg(regs: &aya_ebpf::bindings::pt_regs, n: u64) -> u64 {
-    match n {
-        0 => regs.rdi,
-        1 => regs.rsi,
-        2 => regs.rdx,
-        3 => regs.rcx,
-        4 => regs.r8,
-        5 => regs.r9,
-        _ => 0,
-    }
-}
-
-/// Integer argument `n` (0-based) of Go's register ABI (amd64): a method's receiver first,
-/// a string takes two registers (pointer, length), a slice three (pointer, length, capacity).
-#[inline(always)]
-fn go_int_arg(regs: &aya_ebpf::bindings::pt_regs, n: u64) -> u64 {
-    match n {
-        0 => regs.rax,
-        1 => regs.rbx,
-        2 => regs.rcx,
-        3 => regs.rdi,
-        4 => regs.rsi,
-        5 => regs.r8,
-        6 => regs.r9,
-        7 => regs.r10,
-        8 => regs.r11,
-        _ => 0,
-    }
-}
-
 /// Which string argument each grouped phase (`group_by` in the profile) keys its calls by,
 /// indexed by phase id.
 #[map]
@@ -385,10 +353,12 @@ static KEY_EMIT_CONST: [u8; 4] = wprof_common::key::KEY_EMIT_CONST;
 static KEY_EMIT_KEEP: [u8; 4] = wprof_common::key::KEY_EMIT_KEEP;
 static KEY_EMIT_MASK: [u64; 4] = wprof_common::key::KEY_EMIT_MASK;
 
-/// The argument registers in order (System V, or Go's register ABI), each read at a constant
-/// offset of the context: loads of `pt_regs` at a computed offset are refused by the verifier
-/// ("modified ctx ptr"), which is what a `match` on a runtime index can compile to. Volatile,
-/// so LLVM cannot merge them back into one such load.
+/// The integer argument registers in order: System V x86-64 (6), or Go's register ABI on
+/// amd64 (9: a method's receiver first, a string takes two, a slice three). Each is read at a
+/// constant offset of the context: loads of `pt_regs` at a computed offset are refused by the
+/// verifier ("modified ctx ptr"), which is what a `match` on a runtime index can compile to.
+/// Volatile, so LLVM cannot merge them back into one such load. `arg` and `group_by` both
+/// read their registers here, through [`pick`].
 #[inline(always)]
 fn arg_registers(regs: &aya_ebpf::bindings::pt_regs, go: bool) -> [u64; 9] {
     let r = |v: &u64| {
@@ -796,8 +766,7 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
     }
     let arg = match site.arg {
         ARG_NONE | ARG_RETVAL => 0,
-        n if site.go => go_int_arg(regs, n - 1),
-        n => int_arg(regs, n - 1),
+        n => pick(&arg_registers(regs, site.go), n - 1),
     };
     // A Go call notes the world's stopped time so far: what it gained by the return is the
     // pauses the call sat through.
