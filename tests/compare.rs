@@ -133,11 +133,13 @@ fn fail_if_thresholds_exit_codes_and_outputs() {
     assert_eq!(v["failed"][0], expr.as_str());
     assert!(String::from_utf8_lossy(&o.stdout).contains("FAILED"));
 
+    // Neither crossed: the mean (bulk, as Δmean) rose ~40%, the median root call ~5%. Not
+    // p99: a busy host preempting 1% of either run's calls moves it past any bound.
     let loose = format!("{COMPRESS}.mean > +100%");
     let (o, v) = compare(
         &base,
         &new,
-        &["--fail-if", &loose, "--fail-if", "total.p99 > +50%"],
+        &["--fail-if", &loose, "--fail-if", "total.p50 > +50%"],
     );
     assert_eq!(o.status.code(), Some(0), "{}", text(&o));
     assert_eq!(v["failed"].as_array().unwrap().len(), 0);

@@ -121,7 +121,9 @@ pub fn compare(base: &Run, new: &Run, by: AlignBy, min_effect: f64) -> Compariso
     }
 }
 
-/// The value of a statistic for a node of a run with `root_calls` root calls.
+/// The value of a statistic for a node of a run with `root_calls` root calls. `mean` is the
+/// bulk mean ([`bulk`]), the figure the table's Δmean and the significance test use: a
+/// threshold on the mean must not pass while the table shows the same change crossing it.
 fn stat_value(s: &NodeStats, stat: Stat, root_calls: u64) -> f64 {
     let per_call = |v: u64| {
         if root_calls == 0 {
@@ -131,7 +133,7 @@ fn stat_value(s: &NodeStats, stat: Stat, root_calls: u64) -> f64 {
         }
     };
     match stat {
-        Stat::Mean => s.mean_ns(),
+        Stat::Mean => bulk(&s.hist).0,
         Stat::P50 => s.quantile_ns(0.5) as f64,
         Stat::P99 => s.quantile_ns(0.99) as f64,
         Stat::Count => s.count as f64,
@@ -178,9 +180,14 @@ pub fn evaluate(c: &Comparison, t: &Threshold) -> Result<Option<String>, String>
             };
             Ok(t.crossed(d).then(|| {
                 format!(
-                    "{}: {} {} -> {} ({})",
+                    "{}: {}{} {} -> {} ({})",
                     t.expr,
                     t.stat,
+                    if t.stat == Stat::Mean {
+                        " (calls ≤ p99)"
+                    } else {
+                        ""
+                    },
                     fmt(vb),
                     fmt(vn),
                     signed_share(d)
@@ -607,4 +614,53 @@ pub fn run(a: CompareArgs) -> Result<i32> {
     } else {
         exit::CHECK_FAILED
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aggregate::{PhaseTree, TreeNode};
+    use crate::analyze::threshold;
+    use crate::render::testutil::empty_run;
+
+    /// A one-phase run whose `persist` calls took `calls` = (duration ns, how many).
+    fn run_of(calls: &[(u64, u64)]) -> Run {
+        let mut node = TreeNode::empty(0, "persist".into(), None);
+        for &(ns, n) in calls {
+            node.count += n;
+            node.total_ns += ns * n;
+            node.hist.saturating_record_n(ns, n);
+        }
+        node.self_ns = node.total_ns;
+        let mut run = empty_run();
+        run.tree = PhaseTree {
+            roots: vec![node],
+            ..Default::default()
+        };
+        run
+    }
+
+    #[test]
+    fn a_mean_threshold_tests_the_figure_the_table_shows() {
+        // Base: 20 µs, five calls in a thousand preempted for 4 ms (plain mean 39.9 µs).
+        // New: 24 µs every call. The bulk mean, the table's Δmean, rose 20%; the plain
+        // mean fell 40%.
+        let base = run_of(&[(20_000, 995), (4_000_000, 5)]);
+        let new = run_of(&[(24_000, 1000)]);
+        let c = compare(&base, &new, AlignBy::Phase, 0.05);
+        let d = c.rows[0].delta_mean.unwrap();
+        assert!((d - 0.2).abs() < 0.01, "{d}");
+        assert!(c.rows[0].significant);
+        let up = threshold::parse("persist.mean > +10%").unwrap();
+        let msg = evaluate(&c, &up).unwrap().expect("a 20% rise crosses +10%");
+        assert!(
+            msg.contains("mean (calls ≤ p99) 20.0 µs -> 24.0 µs"),
+            "{msg}"
+        );
+        let down = threshold::parse("persist.mean < -10%").unwrap();
+        assert_eq!(evaluate(&c, &down).unwrap(), None);
+        // The tail is still what `total` sees: time per root call fell 40%.
+        let total = threshold::parse("persist.total < -10%").unwrap();
+        assert!(evaluate(&c, &total).unwrap().is_some());
+    }
 }

@@ -16,7 +16,7 @@ mod text;
 pub mod units;
 
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
 
 pub mod csv;
 pub mod trace;
