@@ -162,23 +162,30 @@ fn phase_counters(run: &serde_json::Value, name: &str) -> (u64, u64, u64) {
     (u(p, "entries"), u(p, "returns"), u(p, "unmatched_returns"))
 }
 
+/// Each of the run's `counters` named in `keys` is 0.
+fn assert_counters_zero(run: &serde_json::Value, keys: &[&str]) {
+    for k in keys {
+        assert_eq!(u(&run["counters"], k), 0, "counters.{k}\n{}", summary(run));
+    }
+}
+
 /// Counts exact, nothing lost, unmatched or abandoned, every method's time within `tol` of
 /// the fixture's own timer, rows as the fixture counted them.
 fn assert_matches_fixture(run: &serde_json::Value, t: &HashMap<String, u64>, tol: f64) {
     let sums = phase_sums(run);
-    let c = &run["counters"];
-    for k in [
-        "lost_spans",
-        "lost_node_defs",
-        "orphan_spans",
-        "unmatched_returns",
-        "abandoned",
-        "open_at_end",
-        "overflow",
-        "no_stack",
-    ] {
-        assert_eq!(u(c, k), 0, "counters.{k}\n{}", summary(run));
-    }
+    assert_counters_zero(
+        run,
+        &[
+            "lost_spans",
+            "lost_node_defs",
+            "orphan_spans",
+            "unmatched_returns",
+            "abandoned",
+            "open_at_end",
+            "overflow",
+            "no_stack",
+        ],
+    );
     for (phase, key) in METHODS {
         let calls = t[&format!("{key}_calls")];
         let ns = t[&format!("{key}_ns")] as f64;
@@ -747,14 +754,15 @@ symbol = '*.(\*ParquetGoBackend).WriteBatch'
         assert_eq!(children[0]["name"], phase);
         assert_eq!(u(&children[0], "count"), t[calls], "{key}");
     }
-    for k in [
-        "abandoned",
-        "unmatched_returns",
-        "lost_spans",
-        "open_at_end",
-    ] {
-        assert_eq!(u(&run["counters"], k), 0, "{k}\n{}", summary(&run));
-    }
+    assert_counters_zero(
+        &run,
+        &[
+            "abandoned",
+            "unmatched_returns",
+            "lost_spans",
+            "open_at_end",
+        ],
+    );
     let tree = String::from_utf8_lossy(&out.stdout);
     assert!(tree.contains("write_file [parquet_go]"), "{tree}");
     // The trace names each call as the tree does, the string in its args.
