@@ -9,7 +9,8 @@ BPF_LINKER_VERSION=0.13.0
 APT_PACKAGES=(curl ca-certificates build-essential g++ pkg-config bpftrace bpftool linux-perf postgresql-15 python3-jsonschema libxml2-utils
               libprotobuf-dev protobuf-compiler libzstd-dev libpq-dev    # the PAX fixture
               qemu-system-x86 busybox-static                              # vagrant/kernel-matrix.sh
-              clang libclang-dev postgresql-server-dev-15)                # the pgrx fixture (bindgen)
+              clang libclang-dev postgresql-server-dev-15                 # the pgrx fixture (bindgen)
+              librocksdb-dev rocksdb-tools)                              # RocksDB 7.8 and db_bench, a real C++ target
 
 log() { printf '[install %s] %s\n' "$(date +%T)" "$*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -473,12 +473,15 @@ pub enum ReportFormat {
 /// `--return` values.
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum ReturnArg {
-    /// Per phase: RET sites for C++/Rust/Go, uretprobe for C.
+    /// Per phase: guarded uretprobes for C++/Rust (RET sites where the guard cannot attach),
+    /// RET sites for Go, uretprobes for C.
     Auto,
     /// A uprobe on every RET instruction: safe with exceptions and panics.
     RetSites,
     /// Kernel uretprobes: cheaper; an exception through the frame kills the target.
     Uretprobe,
+    /// Kernel uretprobes plus the unwind guard: as cheap, and safe with exceptions and panics.
+    Guarded,
 }
 
 impl From<ReturnArg> for ReturnMode {
@@ -487,6 +490,7 @@ impl From<ReturnArg> for ReturnMode {
             ReturnArg::Auto => ReturnMode::Auto,
             ReturnArg::RetSites => ReturnMode::RetSites,
             ReturnArg::Uretprobe => ReturnMode::Uretprobe,
+            ReturnArg::Guarded => ReturnMode::Guarded,
         }
     }
 }

@@ -91,7 +91,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
                 entry_label(t, 44),
                 t.entry.file_offset,
                 p.return_mode.as_str(),
-                if p.return_mode == crate::profile::ReturnMode::Uretprobe {
+                if p.return_mode.uses_uretprobe() {
                     "-".to_string()
                 } else {
                     t.exits.len().to_string()

@@ -39,8 +39,9 @@ pub const BUILTIN: &[(&str, &str)] = &[
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReturnMode {
-    /// RET-site probes for C++, Rust and Go code (and for C functions in objects that hold
-    /// any); uretprobes for C in C-only objects.
+    /// Guarded uretprobes for C++ and Rust code (and for C functions in objects that hold
+    /// any) where the unwind guard can be attached, RET-site probes otherwise and always for
+    /// Go; plain uretprobes for C in C-only objects.
     #[default]
     Auto,
     /// A uprobe on every RET (and tail-call JMP) instruction: safe when exceptions, panics or
@@ -49,6 +50,11 @@ pub enum ReturnMode {
     /// A kernel uretprobe: cheaper, but an exception unwinding through the frame kills the
     /// target, and more than 64 pending returns per thread are dropped by the kernel.
     Uretprobe,
+    /// A kernel uretprobe plus the unwind guard: probes on the unwinder's entries put the
+    /// original return addresses back while an exception or panic unwinds through the frame,
+    /// and the catch re-arms the frames still live. As cheap as a uretprobe, safe where the
+    /// guard attaches (it writes the traced thread's stack: CAP_SYS_ADMIN, no lockdown).
+    Guarded,
 }
 
 impl ReturnMode {
@@ -58,7 +64,14 @@ impl ReturnMode {
             ReturnMode::Auto => "auto",
             ReturnMode::RetSites => "ret-sites",
             ReturnMode::Uretprobe => "uretprobe",
+            ReturnMode::Guarded => "guarded",
         }
+    }
+
+    /// Whether the return is a kernel uretprobe (plain or guarded): one probe per function,
+    /// at its entry, instead of one per exit site.
+    pub fn uses_uretprobe(self) -> bool {
+        matches!(self, ReturnMode::Uretprobe | ReturnMode::Guarded)
     }
 }
 

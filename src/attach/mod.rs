@@ -7,6 +7,7 @@
 
 mod capabilities;
 mod kernel;
+mod unwind_guard;
 
 use std::num::NonZeroU32;
 
@@ -31,9 +32,10 @@ const GO_STOP_THE_WORLD: &str = "runtime.stopTheWorldWithSema";
 const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 
 pub use capabilities::{check_capabilities, missing_capabilities};
+pub use unwind_guard::GuardSummary;
 
 use crate::error::WprofError;
-use crate::profile::{Capture, ReturnMode, StringArg};
+use crate::profile::{Capture, StringArg};
 use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol, Status};
 
 /// The eBPF object built from probes/ebpf by build.rs.
@@ -90,6 +92,8 @@ pub struct Tracer {
     detached: bool,
     /// `--aggregate kernel`: switched on in BPF by [`Tracer::attach`].
     kernel_aggregate: bool,
+    /// The unwind guard is live ([`Tracer::guard_unwinding`]).
+    guarded: bool,
 }
 
 /// One calibration function to probe (`probe_cost::calibrate`).
@@ -156,6 +160,7 @@ impl Tracer {
             extra: Vec::new(),
             detached: false,
             kernel_aggregate: opts.kernel_aggregate,
+            guarded: false,
         };
         for name in progs.all() {
             verified(name, tracer.program(name)?.load())?;
@@ -200,7 +205,7 @@ impl Tracer {
             .iter()
             .filter(|p| matches!(p.status, Status::Resolved))
         {
-            let uret = rp.return_mode == ReturnMode::Uretprobe;
+            let uret = rp.return_mode.uses_uretprobe();
             let (entry_arg, exit_arg) = match rp.phase.capture() {
                 None => (ARG_NONE, ARG_NONE),
                 Some(Capture::Arg(n)) => (n as u64 + 1, ARG_NONE),
@@ -433,7 +438,13 @@ impl Tracer {
         if self.detached {
             return;
         }
-        // First, so hits during the unloading below change nothing (see config::STOPPED).
+        // The uretprobes first: from then on the kernel arms no new frame with its trampoline,
+        // while the unwind guard (unloaded last) still protects the frames it armed.
+        let uretprobe = self.progs.uretprobe;
+        if let Ok(p) = self.program(uretprobe) {
+            let _ = p.unload();
+        }
+        // Then, so hits during the unloading below change nothing (see config::STOPPED).
         let _ = self.set_config(wprof_common::config::STOPPED, 1);
         for name in self.progs.all() {
             if let Ok(p) = self.program(name) {

@@ -37,7 +37,7 @@ pub fn pair_ns(phase: &ResolvedPhase) -> f64 {
         return 0.0;
     };
     let ret = match phase.return_mode {
-        ReturnMode::Uretprobe => URETPROBE_RETURN_NS,
+        ReturnMode::Uretprobe | ReturnMode::Guarded => URETPROBE_RETURN_NS,
         // A call leaves through one exit site; take the costliest class present.
         _ => t.exits.iter().map(|s| hit_ns(s.cost)).fold(0.0, f64::max),
     };
@@ -121,7 +121,7 @@ pub fn phase_costs(classes: &[ClassCost], phase: &ResolvedPhase) -> PhaseCosts {
     if phase.kernel.is_some() {
         return PhaseCosts::default();
     }
-    let uretprobe = phase.return_mode == ReturnMode::Uretprobe;
+    let uretprobe = phase.return_mode.uses_uretprobe();
     classes
         .iter()
         .find(|c| c.entry == t.entry.cost && c.uretprobe == uretprobe)

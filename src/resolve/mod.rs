@@ -334,8 +334,10 @@ fn resolve_symbol_phase(
             pattern.starts_with("_Z") || pattern.starts_with("_R") || pattern.contains("::");
         explicit_or(
             phase,
-            if is_go || cxx_or_rust {
+            if is_go {
                 ReturnMode::RetSites
+            } else if cxx_or_rust {
+                ReturnMode::Guarded
             } else {
                 ReturnMode::Uretprobe
             },
@@ -389,29 +391,34 @@ fn resolve_symbol_phase(
     };
     // A C-named function in an object that also holds C++, Rust or Go code (an extern "C"
     // entry of a C++ library, like PAX's XLogPaxInsert) can have an exception or panic
-    // unwinding through it: only a purely C object gets uretprobes by default.
+    // unwinding through it: only a purely C object gets plain uretprobes by default; the
+    // others get guarded ones (the session falls back to RET sites where the unwind guard
+    // cannot attach), Go code RET sites.
     let any_unsafe = matches.iter().any(|m| m.function.language != Language::C)
         || syms.functions.iter().any(|f| f.language != Language::C);
+    let go = matches.iter().find(|m| m.function.language == Language::Go);
     let mut return_mode = explicit_or(
         phase,
-        if any_unsafe {
-            ReturnMode::RetSites
-        } else {
-            ReturnMode::Uretprobe
+        match (go, any_unsafe) {
+            (Some(_), _) => ReturnMode::RetSites,
+            (None, true) => ReturnMode::Guarded,
+            (None, false) => ReturnMode::Uretprobe,
         },
     );
     let mut warnings = Vec::new();
-    let go = matches.iter().find(|m| m.function.language == Language::Go);
-    if let (Some(g), ReturnMode::Uretprobe) = (go, return_mode) {
-        // Never a uretprobe on Go code, whatever was asked: it crashes the program.
-        return_mode = ReturnMode::RetSites;
+    if let (Some(g), true) = (go, return_mode.uses_uretprobe()) {
+        // Never a uretprobe on Go code, whatever was asked: it crashes the program (the
+        // guard cannot help: Go moves stacks and scans them without the C unwinder).
         warnings.push(format!(
-            "phase '{}': return = \"uretprobe\" overridden for the Go function {}: uretprobes \
+            "phase '{}': return = \"{}\" overridden for the Go function {}: uretprobes \
              crash Go programs (the runtime finds the kernel's trampoline where a return \
              address should be when it unwinds or moves a goroutine's stack); RET-site probes \
              are used instead",
-            phase.name, g.name.demangled
+            phase.name,
+            return_mode.as_str(),
+            g.name.demangled
         ));
+        return_mode = ReturnMode::RetSites;
     }
     let unwinds = matches
         .iter()

@@ -10,7 +10,6 @@ use crate::attach::Tracer;
 use crate::collect::Collector;
 use crate::model::Calibration;
 use crate::probe_cost::{self, Measured, PhaseCosts};
-use crate::profile::ReturnMode;
 use crate::resolve::{CostClass, ResolvedPhase, Status};
 
 /// What a run knows about its probes' cost.
@@ -110,7 +109,7 @@ pub(super) fn calibrated(
         .filter(|p| matches!(p.status, Status::Resolved) && p.kernel.is_none())
         .filter_map(|p| {
             let t = p.targets.first()?;
-            Some((t.entry.cost, p.return_mode == ReturnMode::Uretprobe))
+            Some((t.entry.cost, p.return_mode.uses_uretprobe()))
         })
         .collect();
     costs.wanted = wanted.clone();
@@ -153,7 +152,7 @@ fn summary(m: &Measured, phases: &[ResolvedPhase]) -> String {
         .filter(|c| {
             phases.iter().any(|p| {
                 p.targets.first().is_some_and(|t| t.entry.cost == c.entry)
-                    && (p.return_mode == ReturnMode::Uretprobe) == c.uretprobe
+                    && p.return_mode.uses_uretprobe() == c.uretprobe
             })
         })
         .map(|c| {

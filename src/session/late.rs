@@ -96,13 +96,21 @@ impl LateAttach {
             // The process may be gone already; another one may map it later.
             Err(_) => return,
         };
-        let ready: Vec<ResolvedPhase> = phases
+        let mut ready: Vec<ResolvedPhase> = phases
             .into_iter()
             .filter(|p| self.pending.contains(&p.id) && matches!(p.status, Status::Resolved))
             .collect();
         if ready.is_empty() {
             return;
         }
+        super::guard::guard_late(
+            tracer,
+            &mut ready,
+            &Scope::Pids(vec![pid]),
+            &self.pids,
+            self.every_process,
+        );
+        ready.retain(|p| matches!(p.status, Status::Resolved));
         match tracer.attach(&ready, &self.pids, self.every_process) {
             Ok(summary) => {
                 let window = super::monotonic_ns().saturating_sub(at_ns);

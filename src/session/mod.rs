@@ -6,6 +6,7 @@
 
 mod child;
 mod costs;
+mod guard;
 mod late;
 mod outputs;
 mod overhead;
@@ -47,8 +48,10 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
             .into());
         }
     }
-    let mut phases = resolve_checked(&profile, Scope::Pids(a.pid.clone()), &a.trace)?;
+    let scope = Scope::Pids(a.pid.clone());
+    let mut phases = resolve_checked(&profile, scope.clone(), &a.trace)?;
     let mut tracer = Tracer::load(tracer_options(&a.trace))?;
+    let guard = guard::prepare(&mut tracer, &mut phases, &scope);
     let mut collector = Collector::new(&mut tracer)?;
     let costs = calibrated(&mut tracer, &mut collector, &phases, &a.trace)?;
     test_pause_before_attach();
@@ -58,6 +61,9 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
         tracer.follow_forks()?;
     }
     let attach_started = std::time::Instant::now();
+    if let Some(g) = &guard {
+        g.attach(&mut tracer, &a.pid, a.follow_forks)?;
+    }
     let summary = tracer.attach(&phases, &a.pid, a.follow_forks)?;
     if a.follow_forks {
         processes::note_untraced_mappers(&phases, &a.pid);
@@ -128,15 +134,23 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     split_phase(&profile, &r.trace)?;
     check_capabilities()?;
     let exe = child::find_executable(&r.command[0])?;
-    let mut phases = resolve_checked(&profile, Scope::Binary(exe.clone()), &r.trace)?;
+    let scope = Scope::Binary(exe.clone());
+    let mut phases = resolve_checked(&profile, scope.clone(), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
+    let guard = guard::prepare(&mut tracer, &mut phases, &scope);
     let mut collector = Collector::new(&mut tracer)?;
     let costs = calibrated(&mut tracer, &mut collector, &phases, &r.trace)?;
     let mut child = GatedChild::spawn(&exe, &r.command)?;
     let attach_started = std::time::Instant::now();
-    let attached = tracer.attach(&phases, &[child.pid()], false).and_then(|s| {
-        attach_kernel_side(&mut tracer, &phases, &[child.pid()], &r.trace).map(|k| (s, k))
-    });
+    let guarded = match &guard {
+        Some(g) => g.attach(&mut tracer, &[child.pid()], false),
+        None => Ok(()),
+    };
+    let attached = guarded
+        .and_then(|()| tracer.attach(&phases, &[child.pid()], false))
+        .and_then(|s| {
+            attach_kernel_side(&mut tracer, &phases, &[child.pid()], &r.trace).map(|k| (s, k))
+        });
     let (summary, kernel) = match attached {
         Ok(s) => s,
         Err(e) => {

@@ -138,7 +138,8 @@ pub struct Frame {
     pub ret_addr: u64,
     /// Phase id (index into the profile's phases).
     pub phase: u32,
-    /// 1 when the phase's return is a uretprobe, 0 for RET sites.
+    /// [`FRAME_URETPROBE`] when the phase's return is a uretprobe (0 for RET sites), plus
+    /// [`FRAME_DISARMED`] while the unwind guard has put the original return address back.
     pub uretprobe: u32,
     /// Time the thread spent off the CPU inside this call so far (children included), ns.
     pub off_ns: u64,
@@ -156,6 +157,14 @@ pub struct Frame {
     /// them, not again under this call).
     pub stw_child_ns: u64,
 }
+
+/// `Frame::uretprobe` bit: the phase returns through a kernel uretprobe (its return-address
+/// slot holds the kernel's trampoline while the call runs).
+pub const FRAME_URETPROBE: u32 = 1;
+
+/// `Frame::uretprobe` bit: an unwind in progress made the unwind guard put the frame's original
+/// return address back in its slot (so the unwinder can read it); the catch re-arms it.
+pub const FRAME_DISARMED: u32 = 2;
 
 /// Bit 46 of a cookie: an exit site of `runtime.stopTheWorldWithSema`: the Go world (every
 /// goroutine of the process) is stopped from here.
@@ -199,6 +208,9 @@ pub struct ThreadStack {
     /// The process (tgid) of a goroutine's stack, whose key does not show it; 0 for a
     /// thread's.
     pub tgid: u32,
+    /// The kernel's uretprobe trampoline in this thread's process, once the unwind guard has
+    /// seen it in a return-address slot (0 before); what a catch writes back to re-arm.
+    pub tramp: u64,
     /// The frames, outermost first.
     pub frames: [Frame; MAX_DEPTH],
 }
@@ -378,8 +390,19 @@ pub mod counter {
     /// In-kernel aggregation: histogram increments left out because `HIST_BUCKETS` was full
     /// (the call is in its node's count and total, not in its histogram).
     pub const HIST_FULL: u32 = 9;
+    /// Unwind guard: uretprobe frames whose original return address was put back when an
+    /// exception or panic started to unwind through them.
+    pub const UNWIND_DISARMED: u32 = 10;
+    /// Unwind guard: frames the catch found still live and gave the trampoline back (their
+    /// returns are seen again).
+    pub const UNWIND_REARMED: u32 = 11;
+    /// Unwind guard: a uretprobe frame's slot held neither its return address nor the kernel's
+    /// trampoline, so it was left alone.
+    pub const UNWIND_FOREIGN: u32 = 12;
+    /// Unwind guard: exceptions or panics (unwinder entries) seen on threads with open phases.
+    pub const UNWINDS: u32 = 13;
     /// Number of counters.
-    pub const COUNT: u32 = 10;
+    pub const COUNT: u32 = 14;
 }
 
 /// Per-node counters kept in BPF: what could not be reported as a span for that node.

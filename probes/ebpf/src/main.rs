@@ -43,7 +43,7 @@ use wprof_common::{
         key_hash_step, key_next_index, COOKIE_PHASE_MASK, KEY_CSTR, KEY_HASH_START, KEY_NEXT_LEN,
         KEY_PTR_LEN, KEY_START_MODE,
     },
-    Event, EventKind, Frame, GoStw, HistKey, NodeCounters, NodeKey, NodeSummary, PhaseCost,
+    Event, EventKind, Frame, GoStw, FRAME_URETPROBE, HistKey, NodeCounters, NodeKey, NodeSummary, PhaseCost,
     PhaseCounters, PhaseKey, StackEvent, ThreadStack, TracepointRole, ARG_NONE, ARG_RETVAL,
     CALIBRATION_FIRST_PHASE, COOKIE_ARG_MASK, COOKIE_ARG_SHIFT, COOKIE_GO_BIT, COOKIE_KEY_BIT,
     COOKIE_STW_START_BIT, COOKIE_STW_STOP_BIT, COOKIE_UNDER_SHIFT, COOKIE_URETPROBE_BIT,
@@ -51,6 +51,8 @@ use wprof_common::{
     MAX_DEPTH, MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES, MAX_SUMMARY_NODES,
     MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
+
+mod unwind_guard;
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
 /// `goroutine_key`). Allocated on the first entry and freed when the outermost phase returns.
@@ -466,6 +468,13 @@ fn wanted(key: u64) -> bool {
     if CONFIG.get(config::STOPPED).copied().unwrap_or(0) != 0 {
         return false;
     }
+    in_scope(key)
+}
+
+/// Whether thread `key` belongs to a traced process, stopped or not (the unwind guard keeps
+/// protecting the frames armed before the stop until it is unloaded).
+#[inline(always)]
+fn in_scope(key: u64) -> bool {
     CONFIG.get(config::FILTER_TRACED).copied().unwrap_or(0) == 0 || traced(key)
 }
 
@@ -592,7 +601,7 @@ fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64>) {
         let top = &st.frames[slot(len - 1)];
         let gone = match entry_ret {
             Some(ret) if top.sp == sp => {
-                top.uretprobe == 0 || top.ret_addr == ret || follows_call(ret)
+                top.uretprobe & FRAME_URETPROBE == 0 || top.ret_addr == ret || follows_call(ret)
             }
             _ => top.sp < sp,
         };
@@ -614,6 +623,7 @@ fn stack_for(key: u64) -> Option<&'static mut ThreadStack> {
     // SAFETY: per-CPU scratch value, exclusively ours while we run.
     let scratch = unsafe { &mut *scratch };
     scratch.len = 0;
+    scratch.tramp = 0;
     scratch.tgid = if key & GOROUTINE_KEY_BIT != 0 {
         let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
         let one = 1u8;
@@ -830,7 +840,7 @@ fn push_frame(
     frame.off_ns = 0;
     frame.phase = phase;
     frame.ret_addr = ret_addr;
-    frame.uretprobe = uretprobe as u32;
+    frame.uretprobe = if uretprobe { FRAME_URETPROBE } else { 0 };
     frame.arg = arg;
     frame.desc_probe_ns = 0;
     frame.desc_hits = 0;
@@ -1506,7 +1516,8 @@ fn emit_stack(
                 // overwritten or lies past npending): one path per frame instead of two keeps
                 // 6.1's verifier under its 1M-instruction limit.
                 ev.pending_returns[n & (MAX_PENDING_RETURNS - 1)] = f.ret_addr;
-                n += (f.uretprobe & 1) as usize;
+                // A frame the unwind guard disarmed holds its real address again.
+                n += (f.uretprobe & FRAME_URETPROBE & !(f.uretprobe >> 1)) as usize;
             }
             ev.npending = n as u32;
         }
