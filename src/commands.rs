@@ -29,7 +29,9 @@ pub fn targets() -> Result<i32> {
 /// `wprof probes`: one row per phase with what it resolved to; exit 4 if a required phase
 /// did not resolve.
 pub fn probes(a: ProbesArgs) -> Result<i32> {
-    let (profile, phases) = load_and_resolve(&a.target, &a.resolve, "probes")?;
+    let (profile, mut phases) = load_and_resolve(&a.target, &a.resolve, "probes")?;
+    // The mode a run would use: guarded returns only where this host loads the unwind guard.
+    session::check_unwind_guard(&mut phases);
     let mut out = std::io::stdout().lock();
     writeln!(
         out,

@@ -66,6 +66,7 @@ pub fn run_checks() -> Vec<Check> {
     out.push(ring_buffer(can_load));
     out.push(uprobe_multi(can_load));
     out.push(uretprobe_syscall());
+    out.push(unwind_guard(can_load));
     out.push(tracefs());
     out.push(pmu());
     out.push(perf_event_paranoid());
@@ -207,12 +208,7 @@ fn bpf_programs(can_load: bool) -> Check {
     if !can_load {
         return skipped("bpf programs");
     }
-    let opts = TracerOptions {
-        ring_bytes: 4096,
-        stacks: false,
-        kernel_aggregate: false,
-        kernel_maps: false,
-    };
+    let opts = TracerOptions::MINIMAL;
     match Tracer::load(opts) {
         Ok(t) => check(
             "bpf programs",
@@ -232,6 +228,34 @@ fn bpf_programs(can_load: bool) -> Check {
             Verdict::Missing,
             format!("{e:#}"),
             "check `dmesg`; lockdown=confidentiality or kernel.unprivileged_bpf_disabled can refuse BPF",
+        ),
+    }
+}
+
+/// Whether the unwind guard loads: guarded uretprobes (cheap and safe returns for C++ and Rust
+/// code) need it; without it those phases use RET-site probes.
+fn unwind_guard(can_load: bool) -> Check {
+    const NAME: &str = "unwind guard";
+    if !can_load {
+        return skipped(NAME);
+    }
+    let opts = TracerOptions::MINIMAL;
+    match Tracer::load(opts).and_then(|mut t| t.load_unwind_guard()) {
+        Ok(()) => check(
+            NAME,
+            Verdict::Ok,
+            "C++ and Rust phases return through guarded uretprobes (~1 trap a return)",
+            "",
+        ),
+        Err(e) => check(
+            NAME,
+            Verdict::Warn,
+            format!(
+                "C++ and Rust phases use RET-site returns (safe, but a single-stepped trap each, \
+                 several µs a call): {e:#}"
+            ),
+            "a kernel without lockdown (lockdown=integrity forbids bpf_probe_write_user), and \
+             CAP_SYS_ADMIN",
         ),
     }
 }

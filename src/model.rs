@@ -152,6 +152,22 @@ pub struct Counters {
     pub no_stack: u64,
     /// Spans left out because they started during `--skip`.
     pub skipped_spans: u64,
+    /// The unwind guard's work (guarded uretprobes; all 0 without it).
+    pub unwind: UnwindCounters,
+}
+
+/// What the unwind guard did: unwinds (exceptions, panics, forced unwinds) that began on a
+/// thread with open phases, and the return addresses it put back and re-armed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UnwindCounters {
+    /// Unwinder entries on threads with open phases (a throw, each cleanup's resume, ...).
+    pub unwinds: u64,
+    /// Frames whose original return address the guard put back for the unwinder.
+    pub restored: u64,
+    /// Frames the catch found still live and gave the trampoline back.
+    pub rearmed: u64,
+    /// Frames whose return slot held something unexpected, left alone.
+    pub foreign: u64,
 }
 
 /// The probe cost of the run.

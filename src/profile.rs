@@ -29,6 +29,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../attach-profiles/pg-trickle.toml"),
     ),
     ("tsdb", include_str!("../attach-profiles/tsdb.toml")),
+    ("rocksdb", include_str!("../attach-profiles/rocksdb.toml")),
     (
         "parquet-go",
         include_str!("../attach-profiles/parquet-go.toml"),

@@ -180,12 +180,61 @@ attach() {
     report "$name" "$rc" "$hyp"
 }
 
+# unwind_case PROGRAM NAME WANT_RC WANT_LINE ARGS...: an unwind torture fixture (torture: g++,
+# torture-clang, torture-rs) recorded with its frames in guarded (uretprobe + unwind guard)
+# mode; prints PASS or FAIL(NAME...)
+unwind_case() {
+    prog=$1 name=$1-$2 want_rc=$3 want=$4
+    shift 4
+    profile=/km/unwind.toml
+    [ "$prog" = torture-rs ] && profile=/km/unwind-rs.toml
+    $W record --target $profile --json "/tmp/unwind-$name.json" -- "/km/$prog" "$@" \
+        >"/tmp/unwind-$name.out" 2>"/tmp/unwind-$name.err"
+    rc=$?
+    show "/tmp/unwind-$name.out" >&2
+    show "/tmp/unwind-$name.err" >&2
+    if [ "$rc" -ne "$want_rc" ]; then
+        echo "FAIL($name rc=$rc)"
+    elif ! grep -q "$want" "/tmp/unwind-$name.out"; then
+        echo "FAIL($name output)"
+    elif [ "$want_rc" -eq 0 ] && ! grep -q '"return_mode": "guarded"' "/tmp/unwind-$name.json"; then
+        echo "FAIL($name not guarded)"
+    else
+        echo PASS
+    fi
+}
+
+# The unwind guard's safety suite (see tests/unwind_guard.rs): these kernels allow the
+# guard's writes to user stacks (no lockdown), the development VMs do not.
+unwind() {
+    say "begin unwind"
+    verdict=PASS
+    for prog in torture torture-clang; do
+        for c in "nested 0 nested.ok nested 2" "rethrow 0 rethrow.ok rethrow 20" \
+            "dtor 0 dtor.ok dtor 20" "cancel 0 cancel.ok cancel 2" \
+            "backtrace 0 backtrace.ok backtrace 5" "threads 0 threads.ok threads 4 2500" \
+            "terminate 134 handler.reached terminate" "noexcept 134 handler.reached noexcept"; do
+            # shellcheck disable=SC2086 # the case's words are its arguments
+            v=$(unwind_case $prog $c)
+            [ "$v" = PASS ] || verdict=$v
+        done
+    done
+    for c in "nested 0 nested.ok nested 5" "threads 0 threads.ok threads 4 2500"; do
+        # shellcheck disable=SC2086 # as above
+        v=$(unwind_case torture-rs $c)
+        [ "$v" = PASS ] || verdict=$v
+    done
+    say "end unwind rc=0"
+    say "set unwind $verdict"
+}
+
 main() {
     setup
     say "set release $(uname -r)"
     say "set boot_s $(up)"
     doctor
     record
+    unwind
     record_kernel
     attach attach "" fixture /km/smoke.toml
     # per-point links forced: only new where the plain attach used uprobe_multi (fewer links)

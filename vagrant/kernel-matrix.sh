@@ -133,6 +133,11 @@ build_initramfs() {
     install -m 755 "$ROOT/vagrant/kernel-matrix-guest.sh" "$stage/init"
     "$ROOT/tests/fixtures/build.sh" "$KM_DIR/fixtures"
     copy_with_libs "$KM_DIR/fixtures/writepath" km/writepath "$stage"
+    copy_with_libs "$KM_DIR/fixtures/unwind-torture" km/torture "$stage"
+    copy_with_libs "$KM_DIR/fixtures/unwind-torture-clang" km/torture-clang "$stage"
+    copy_with_libs "$KM_DIR/fixtures/unwind-torture-rs" km/torture-rs "$stage"
+    cp "$ROOT/tests/fixtures/unwind/unwind-rs.toml" "$stage/km/unwind-rs.toml"
+    cp "$ROOT/tests/fixtures/unwind/unwind.toml" "$stage/km/unwind.toml"
     objcopy --strip-debug "$WPROF_BIN" "$KM_DIR/wprof"    # 60 MB -> 9 MB: faster to load
     copy_with_libs "$KM_DIR/wprof" km/wprof "$stage"
     write_checks "$stage/km"
@@ -233,7 +238,7 @@ verdict_of() {
 
 # run_kernel PKG INITRD: boots one kernel, appends its row to ROWS, sets FAILED on a failure
 run_kernel() {
-    local pkg tree dir console t0 secs kernel doctor multi rec att pp kern kagg verdict
+    local pkg tree dir console t0 secs kernel doctor multi rec att pp kern kagg unw verdict
     pkg=$(resolve_pkg "$1")
     tree=$(fetch_kernel "$pkg")
     dir=$KM_DIR/runs/$pkg
@@ -251,10 +256,11 @@ run_kernel() {
     pp=$(value perpoint "$console")
     kern=$(value kernel "$console")
     kagg=$(value kagg "$console")
+    unw=$(value unwind "$console")
     block doctor "$console" >"$dir/doctor.txt"
-    verdict=$(verdict_of "$console" "$doctor" "$rec" "$att" "$pp" "$kern" "$kagg")
+    verdict=$(verdict_of "$console" "$doctor" "$rec" "$att" "$pp" "$kern" "$kagg" "$unw")
     [ "$verdict" = PASS ] || { FAILED=1; log "$pkg: $verdict, see $console"; }
-    ROWS+=("| ${kernel:-$pkg} | $doctor | $multi | ${rec:--} | ${att:--} | ${pp:--} | ${kern:--} | ${kagg:--} | $secs (boot $(value boot_s "$console")) | $verdict |")
+    ROWS+=("| ${kernel:-$pkg} | $doctor | $multi | ${rec:--} | ${att:--} | ${pp:--} | ${kern:--} | ${kagg:--} | ${unw:--} | $secs (boot $(value boot_s "$console")) | $verdict |")
     DOCTORS+=("$pkg" "$dir/doctor.txt")
 }
 
@@ -276,8 +282,8 @@ clip() {
 report() {
     local i
     {
-        echo "| kernel | doctor | uprobe_multi | record | attach | per-point attach | kernel programs | in-kernel aggregation | seconds | result |"
-        echo "|---|---|---|---|---|---|---|---|---|---|"
+        echo "| kernel | doctor | uprobe_multi | record | attach | per-point attach | kernel programs | in-kernel aggregation | unwind guard | seconds | result |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${ROWS[@]}"
         for ((i = 0; i < ${#DOCTORS[@]}; i += 2)); do
             printf '\n%s on %s:\n\n~~~\n%s\n~~~\n' "\`wprof doctor\`" "${DOCTORS[i]}" "$(clip "${DOCTORS[i + 1]}")"

@@ -83,6 +83,16 @@ pub struct TracerOptions {
     pub kernel_maps: bool,
 }
 
+impl TracerOptions {
+    /// The smallest maps: enough to load the programs and see whether the kernel takes them.
+    pub const MINIMAL: TracerOptions = TracerOptions {
+        ring_bytes: 4096,
+        stacks: false,
+        kernel_aggregate: false,
+        kernel_maps: false,
+    };
+}
+
 /// The loaded BPF programs and maps, and every probe attached through them.
 pub struct Tracer {
     ebpf: Ebpf,

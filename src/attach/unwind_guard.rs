@@ -5,6 +5,14 @@
 //! the session then falls back to RET-site probes.
 
 use anyhow::{Context, Result};
+
+/// The kernel's lockdown mode when it is not `none` (/sys/kernel/security/lockdown marks the
+/// active one in brackets; securityfs is not always mounted).
+pub fn lockdown() -> Option<String> {
+    let text = std::fs::read_to_string("/sys/kernel/security/lockdown").ok()?;
+    let mode = text.split('[').nth(1)?.split(']').next()?.to_string();
+    (mode != "none").then_some(mode)
+}
 use aya::programs::UProbe;
 
 use super::{point, scopes, verified, Tracer};
@@ -50,11 +58,23 @@ impl Tracer {
         for name in [progs.unwind, progs.catch] {
             let (prog, first) = self.extra_program::<UProbe>(name)?;
             if first {
-                verified(name, prog.load()).context(
-                    "the kernel refused the unwind guard, which writes return addresses back \
-                     into the traced threads' stacks (bpf_probe_write_user needs CAP_SYS_ADMIN \
-                     and no kernel lockdown)",
-                )?;
+                verified(name, prog.load()).map_err(|e| {
+                    // The verifier's reason is the log's last line before its statistics.
+                    let text = format!("{e:#}");
+                    let stats = ["processed ", "stack depth", "verification time"];
+                    let last = text.lines().rev().find(|l| {
+                        !l.trim().is_empty() && !stats.iter().any(|s| l.starts_with(s))
+                    });
+                    let why = match lockdown() {
+                        Some(mode) => format!("kernel lockdown ({mode}) forbids it"),
+                        None => "it needs CAP_SYS_ADMIN and no kernel lockdown".to_string(),
+                    };
+                    anyhow::anyhow!(
+                        "the kernel refused the unwind guard's writes to the traced threads' \
+                         stacks (bpf_probe_write_user: {why}): {}",
+                        last.unwrap_or_default().trim()
+                    )
+                })?;
             }
         }
         Ok(())

@@ -159,6 +159,12 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         c.open_at_end,
         c.overflow
     ));
+    if c.unwind.unwinds > 0 {
+        out.push_str(&format!(
+            " · unwinds {} (returns restored {}, re-armed {}, foreign {})",
+            c.unwind.unwinds, c.unwind.restored, c.unwind.rearmed, c.unwind.foreign
+        ));
+    }
     if c.no_stack > 0 {
         out.push_str(&format!(" · no stack {}", c.no_stack));
     }

@@ -445,6 +445,14 @@ struct CountersJ {
     no_stack: u64,
     #[serde(default)]
     skipped_spans: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unwinds: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unwind_restored: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unwind_rearmed: u64,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    unwind_foreign: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -792,6 +800,10 @@ impl From<&Counters> for CountersJ {
             overflow: c.overflow,
             no_stack: c.no_stack,
             skipped_spans: c.skipped_spans,
+            unwinds: c.unwind.unwinds,
+            unwind_restored: c.unwind.restored,
+            unwind_rearmed: c.unwind.rearmed,
+            unwind_foreign: c.unwind.foreign,
         }
     }
 }
@@ -809,6 +821,12 @@ impl From<CountersJ> for Counters {
             overflow: c.overflow,
             no_stack: c.no_stack,
             skipped_spans: c.skipped_spans,
+            unwind: crate::model::UnwindCounters {
+                unwinds: c.unwinds,
+                restored: c.unwind_restored,
+                rearmed: c.unwind_rearmed,
+                foreign: c.unwind_foreign,
+            },
         }
     }
 }

@@ -195,6 +195,7 @@ pub fn sample_run() -> Run {
         overflow: 0,
         no_stack: 0,
         skipped_spans: 0,
+        unwind: Default::default(),
     };
     Run {
         provenance: Provenance {

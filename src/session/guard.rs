@@ -140,6 +140,18 @@ pub fn prepare(tracer: &mut Tracer, phases: &mut [ResolvedPhase], scope: &Scope)
     }
 }
 
+/// For a dry run: the guarded phases fall back to RET sites, as a run would, when this host
+/// does not load the unwind guard (or wprof lacks the privileges to find out).
+pub fn check_loadable(phases: &mut [ResolvedPhase]) {
+    if guarded(phases).next().is_none() {
+        return;
+    }
+    let opts = crate::attach::TracerOptions::MINIMAL;
+    if let Err(e) = Tracer::load(opts).and_then(|mut t| t.load_unwind_guard()) {
+        fall_back(phases, &format!("{e:#}"));
+    }
+}
+
 impl Guard {
     /// Attaches the guard to `pids` (every process mapping its objects with `every_process`):
     /// before the phases' probes go live.

@@ -31,6 +31,7 @@ use crate::resolve::{self, ResolvedPhase, Scope, Status};
 use costs::{calibrated, RunCosts};
 
 pub use child::GatedChild;
+pub use guard::check_loadable as check_unwind_guard;
 pub use outputs::{render_to, write_outputs, Kind as OutputKind};
 pub use trace_loop::{EndReason, Watch};
 
@@ -693,6 +694,12 @@ fn build_run(
         overflow: end.counter(counter::OVERFLOW),
         no_stack: end.counter(counter::NO_STACK),
         skipped_spans,
+        unwind: crate::model::UnwindCounters {
+            unwinds: end.counter(counter::UNWINDS),
+            restored: end.counter(counter::UNWIND_DISARMED),
+            rearmed: end.counter(counter::UNWIND_REARMED),
+            foreign: end.counter(counter::UNWIND_FOREIGN),
+        },
     };
     let started_unix = started
         .duration_since(std::time::UNIX_EPOCH)

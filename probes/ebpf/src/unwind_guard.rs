@@ -16,10 +16,16 @@
 //! the value the other one put there: the original return address over the trampoline (the
 //! trampoline recognised by its address and code), the trampoline over the original return
 //! address of a frame this guard disarmed. A slot holding anything else is left alone and
-//! counted (`UNWIND_FOREIGN`).
+//! counted (`UNWIND_FOREIGN`). The programs are sleepable: the trampoline's page may have to
+//! be faulted in to be recognised.
+
+use core::ffi::c_void;
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_write_user},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_write_user,
+        generated::bpf_copy_from_user,
+    },
     macros::uprobe,
     programs::ProbeContext,
 };
@@ -38,7 +44,7 @@ const TRAMPOLINE_SYSCALL: [u8; 4] = [0x50, 0x51, 0x41, 0x53];
 const TRAMPOLINE_INT3: u8 = 0xcc;
 
 /// An unwinder entry: put back the original return address of every open uretprobe frame.
-#[uprobe]
+#[uprobe(sleepable)]
 pub fn wprof_unwind(ctx: ProbeContext) -> u32 {
     // SAFETY: `regs` is the pt_regs the kernel passed to this program.
     let sp = unsafe { (*ctx.regs).rsp };
@@ -47,7 +53,7 @@ pub fn wprof_unwind(ctx: ProbeContext) -> u32 {
 }
 
 /// An unwinder entry (uprobe_multi link).
-#[uprobe(multi)]
+#[uprobe(multi, sleepable)]
 pub fn wprof_m_unwind(ctx: ProbeContext) -> u32 {
     // SAFETY: as above.
     let sp = unsafe { (*ctx.regs).rsp };
@@ -56,7 +62,7 @@ pub fn wprof_m_unwind(ctx: ProbeContext) -> u32 {
 }
 
 /// A catch: close the frames the unwind skipped, re-arm the live ones.
-#[uprobe]
+#[uprobe(sleepable)]
 pub fn wprof_catch(ctx: ProbeContext) -> u32 {
     // SAFETY: as above.
     let sp = unsafe { (*ctx.regs).rsp };
@@ -65,7 +71,7 @@ pub fn wprof_catch(ctx: ProbeContext) -> u32 {
 }
 
 /// A catch (uprobe_multi link).
-#[uprobe(multi)]
+#[uprobe(multi, sleepable)]
 pub fn wprof_m_catch(ctx: ProbeContext) -> u32 {
     // SAFETY: as above.
     let sp = unsafe { (*ctx.regs).rsp };
@@ -96,10 +102,15 @@ fn is_trampoline(st: &mut ThreadStack, v: u64) -> bool {
     if v == 0 || v & 0xfff != 0 {
         return false;
     }
-    // SAFETY: reads 4 bytes of the traced process's memory; a fault just yields an error.
-    let Ok(code) = (unsafe { bpf_probe_read_user(v as *const [u8; 4]) }) else {
+    // The page may never have been touched (no call has returned through the trampoline
+    // yet): a sleepable program's copy faults it in, where bpf_probe_read_user would fail.
+    let mut code = [0u8; 4];
+    // SAFETY: copies 4 bytes of the traced process's memory into `code`; a fault that cannot
+    // be served just yields an error.
+    let rc = unsafe { bpf_copy_from_user(code.as_mut_ptr().cast(), 4, v as *const c_void) };
+    if rc != 0 {
         return false;
-    };
+    }
     if code == TRAMPOLINE_SYSCALL || code[0] == TRAMPOLINE_INT3 {
         st.tramp = v;
         return true;

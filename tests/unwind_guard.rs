@@ -1,0 +1,225 @@
+//! The unwind safety suite: C++ exceptions (g++ and clang++), rethrows, a nested unwind inside a
+//! destructor, `std::terminate`, forced unwinds (`pthread_cancel`, `pthread_exit`),
+//! `backtrace()`, 4 threads x 25,000 exceptions, and Rust panics caught by `catch_unwind`, all
+//! through probed frames (tests/fixtures/unwind), traced in the default return mode.
+//!
+//! That mode is `guarded` (uretprobes plus the unwind guard) where the kernel loads the guard,
+//! and RET-site probes where it refuses it: these VMs run locked down (lockdown=integrity
+//! forbids `bpf_probe_write_user`), so here the suite checks the fallback, and
+//! vagrant/kernel-matrix.sh runs the same cases under Debian's 6.1 and 6.12 kernels, where the
+//! guard loads. Either way the traced program must behave exactly as untraced (same output,
+//! same exit status or signal) and the tree must count every call: returns of the frames that
+//! returned, abandoned calls for the frames the unwind skipped.
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use common::*;
+
+/// The return mode the profiles' C++ and Rust phases get on this host: what `wprof doctor`
+/// says of the unwind guard.
+fn expected_mode() -> &'static str {
+    let o = run(wprof().args(["doctor", "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}\n{}", text(&o)));
+    let guard = v["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "unwind guard"))
+        .unwrap_or_else(|| panic!("doctor has no unwind guard check: {v}"));
+    if guard["verdict"] == "ok" {
+        "guarded"
+    } else {
+        "ret-sites"
+    }
+}
+
+fn profile(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind").join(name)
+}
+
+/// A torture program built by this host's compiler, or a failure where CI needs it.
+fn torture(name: &str) -> Option<PathBuf> {
+    let p = fixture(name);
+    wprof::testing::require(p.exists(), &format!("{name} (clang++ / rustc to build it)"))
+        .then_some(p)
+}
+
+/// One case: the program's output untraced and traced, and the run's JSON.
+struct Traced {
+    untraced: Output,
+    traced: Output,
+    run: serde_json::Value,
+}
+
+fn trace(profile_name: &str, program: &Path, args: &[&str]) -> Traced {
+    let untraced = run(std::process::Command::new(program).args(args));
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let traced = run(wprof()
+        .args(["record", "--quiet", "--target"])
+        .arg(profile(profile_name))
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(program)
+        .args(args));
+    let run = read_json(&json);
+    Traced {
+        untraced,
+        traced,
+        run,
+    }
+}
+
+/// The traced program behaved exactly as untraced, printed `line`, and every phase used `mode`.
+fn assert_unharmed(t: &Traced, line: &str, mode: &str) {
+    let (a, b) = (&t.untraced, &t.traced);
+    let out = String::from_utf8_lossy(&b.stdout);
+    assert!(
+        String::from_utf8_lossy(&a.stdout).contains(line),
+        "untraced: {}",
+        text(a)
+    );
+    assert!(out.contains(line), "traced: {}", text(b));
+    // `record` exits with the command's status, 128 + N for a signal, as a shell does.
+    let status = |o: &Output| {
+        use std::os::unix::process::ExitStatusExt;
+        o.status.code().or(o.status.signal().map(|s| 128 + s))
+    };
+    assert_eq!(status(b), status(a), "traced: {}", text(b));
+    for p in t.run["phases"].as_array().expect("phases") {
+        assert_eq!(p["return_mode"], mode, "{}", summary(&t.run));
+    }
+    if mode == "ret-sites" {
+        let err = String::from_utf8_lossy(&b.stderr);
+        assert!(
+            err.contains("the unwind guard is not available"),
+            "the fallback must be said: {}",
+            text(b)
+        );
+    } else {
+        let c = &t.run["counters"];
+        assert!(u(c, "unwinds") > 0 || line.contains("backtrace"), "{c}");
+        assert_eq!(u(c, "unwind_foreign"), 0, "{c}");
+    }
+}
+
+/// Frame k of an n-frame chain (f1 .. fk), whose exceptions are thrown in f_d and caught in
+/// f_c for every d in 1..=n and c < d, `rounds` times: (returned calls, abandoned calls).
+fn nested_counts(n: u64, k: u64, rounds: u64) -> (u64, u64) {
+    // f_k returns when the catch is at or below it (c >= k): d - k of d's catches, d > k.
+    let returned: u64 = (k + 1..=n).map(|d| d - k).sum();
+    // It is skipped when the catch is above it (c < k): k catches for each d >= k.
+    let abandoned: u64 = (k..=n).map(|_| k).sum();
+    (returned * rounds, abandoned * rounds)
+}
+
+fn path(k: u64) -> Vec<String> {
+    (1..=k).map(|i| format!("f{i}")).collect()
+}
+
+fn assert_frame(run: &serde_json::Value, k: u64, want: (u64, u64)) {
+    let p = path(k);
+    let p: Vec<&str> = p.iter().map(String::as_str).collect();
+    let n = node(run, &p);
+    assert_eq!(
+        (u(n, "count"), u(n, "abandoned")),
+        want,
+        "f{k}: {}",
+        summary(run)
+    );
+}
+
+fn cxx_suite(program: &str) {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = torture(program) else {
+        return;
+    };
+    let _g = bpf_lock();
+    let mode = expected_mode();
+    let rounds = 20;
+    let t = trace("unwind.toml", &prog, &["nested", "20"]);
+    assert_unharmed(&t, "nested ok thrown=720 caught=720", mode);
+    for k in 1..=8 {
+        assert_frame(&t.run, k, nested_counts(8, k, rounds));
+    }
+    let t = trace("unwind.toml", &prog, &["rethrow", "50"]);
+    assert_unharmed(&t, "rethrow ok caught=150", mode);
+    // Per round: f1..f8 caught in f6 and rethrown to f3 (f1-f3 return, f4-f8 skipped),
+    // f1..f7 thrown to main (all skipped), f1..f8 returning.
+    assert_frame(&t.run, 3, (100, 50));
+    assert_frame(&t.run, 4, (50, 100));
+    let t = trace("unwind.toml", &prog, &["dtor", "50"]);
+    assert_unharmed(&t, "dtor ok outer=50 nested=50", mode);
+    let t = trace("unwind.toml", &prog, &["cancel", "4"]);
+    assert_unharmed(&t, "cancel ok threads=4 cleanups=64", mode);
+    assert_frame(&t.run, 8, (0, 8));
+    let t = trace("unwind.toml", &prog, &["backtrace", "20"]);
+    assert_unharmed(&t, "backtrace ok", mode);
+    assert_frame(&t.run, 8, (20, 0));
+    for case in ["terminate", "noexcept"] {
+        let t = trace("unwind.toml", &prog, &[case]);
+        assert_unharmed(&t, "terminate handler reached", mode);
+    }
+    // 100,000 exceptions on 4 threads, each through six probed frames.
+    let t = trace("unwind.toml", &prog, &["threads", "4", "25000"]);
+    assert_unharmed(&t, "threads ok caught=100000", mode);
+    assert_frame(&t.run, 2, (100_000, 0));
+    assert_frame(&t.run, 3, (0, 100_000));
+    assert_frame(&t.run, 8, (0, 100_000));
+}
+
+#[test]
+fn cxx_exceptions_built_by_gcc_never_harm_the_traced_program() {
+    cxx_suite("unwind-torture");
+}
+
+#[test]
+fn cxx_exceptions_built_by_clang_never_harm_the_traced_program() {
+    cxx_suite("unwind-torture-clang");
+}
+
+#[test]
+fn rust_panics_caught_by_catch_unwind_never_harm_the_traced_program() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(prog) = torture("unwind-torture-rs") else {
+        return;
+    };
+    let _g = bpf_lock();
+    let mode = expected_mode();
+    let t = trace("unwind-rs.toml", &prog, &["nested", "50"]);
+    assert_unharmed(&t, "nested ok thrown=500 caught=500", mode);
+    for k in 1..=4 {
+        assert_frame(&t.run, k, nested_counts(4, k, 50));
+    }
+    let t = trace("unwind-rs.toml", &prog, &["threads", "4", "5000"]);
+    assert_unharmed(&t, "threads ok caught=20000", mode);
+    assert_frame(&t.run, 2, (20_000, 0));
+    assert_frame(&t.run, 4, (0, 20_000));
+}
+
+#[test]
+fn doctor_says_whether_the_unwind_guard_loads_and_what_that_means() {
+    if !bpf_available() {
+        return;
+    }
+    let o = run(wprof().arg("doctor"));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let line = out
+        .lines()
+        .find(|l| l.contains("unwind guard"))
+        .unwrap_or_else(|| panic!("{}", text(&o)));
+    if expected_mode() == "guarded" {
+        assert!(line.contains("OK") && line.contains("guarded uretprobes"), "{line}");
+    } else {
+        assert!(
+            line.contains("WARN") && line.contains("RET-site returns"),
+            "{line}"
+        );
+    }
+}
