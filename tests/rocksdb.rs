@@ -133,7 +133,12 @@ fn fillrandom_counts_every_write_and_its_background_flushes_exactly() {
         &["write_impl", "memtable_insert"],
         &["write_impl", "memtable_insert", "memtable_add"],
     ] {
-        assert_eq!(u(node(&run, path), "count"), 20_000, "{path:?}\n{}", summary(&run));
+        assert_eq!(
+            u(node(&run, path), "count"),
+            20_000,
+            "{path:?}\n{}",
+            summary(&run)
+        );
     }
     // The flushes ran on RocksDB's background thread: a root of their own, each building an
     // SST file key by key.

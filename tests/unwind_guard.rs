@@ -35,7 +35,9 @@ fn expected_mode() -> &'static str {
 }
 
 fn profile(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/unwind").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/unwind")
+        .join(name)
 }
 
 /// A torture program built by this host's compiler, or a failure where CI needs it.
@@ -215,7 +217,10 @@ fn doctor_says_whether_the_unwind_guard_loads_and_what_that_means() {
         .find(|l| l.contains("unwind guard"))
         .unwrap_or_else(|| panic!("{}", text(&o)));
     if expected_mode() == "guarded" {
-        assert!(line.contains("OK") && line.contains("guarded uretprobes"), "{line}");
+        assert!(
+            line.contains("OK") && line.contains("guarded uretprobes"),
+            "{line}"
+        );
     } else {
         assert!(
             line.contains("WARN") && line.contains("RET-site returns"),

@@ -180,6 +180,16 @@ attach() {
     report "$name" "$rc" "$hyp"
 }
 
+# tree_row CASE: a row the case's tree must hold (the calls that returned after their catch
+# re-armed them: exact counts), or nothing
+tree_row() {
+    case $1 in
+        torture-nested | torture-clang-nested) echo '^f1 .* n=56 ' ;;   # 28 per round
+        torture-rs-nested) echo '^f1 .* n=30 ' ;;                       # 6 per round
+        *-threads) echo '─ f2 .* n=10000 ' ;;                           # caught in f2
+    esac
+}
+
 # unwind_case PROGRAM NAME WANT_RC WANT_LINE ARGS...: an unwind torture fixture (torture: g++,
 # torture-clang, torture-rs) recorded with its frames in guarded (uretprobe + unwind guard)
 # mode; prints PASS or FAIL(NAME...)
@@ -199,6 +209,8 @@ unwind_case() {
         echo "FAIL($name output)"
     elif [ "$want_rc" -eq 0 ] && ! grep -q '"return_mode": "guarded"' "/tmp/unwind-$name.json"; then
         echo "FAIL($name not guarded)"
+    elif [ -n "$(tree_row "$name")" ] && ! grep -q "$(tree_row "$name")" "/tmp/unwind-$name.out"; then
+        echo "FAIL($name count)"
     else
         echo PASS
     fi

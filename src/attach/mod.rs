@@ -104,6 +104,8 @@ pub struct Tracer {
     kernel_aggregate: bool,
     /// The unwind guard is live ([`Tracer::guard_unwinding`]).
     guarded: bool,
+    /// Names of the attached guarded phases by id, for what detaching says of them.
+    phase_names: std::collections::HashMap<u32, String>,
 }
 
 /// One calibration function to probe (`probe_cost::calibrate`).
@@ -171,6 +173,7 @@ impl Tracer {
             detached: false,
             kernel_aggregate: opts.kernel_aggregate,
             guarded: false,
+            phase_names: std::collections::HashMap::new(),
         };
         for name in progs.all() {
             verified(name, tracer.program(name)?.load())?;
@@ -216,6 +219,9 @@ impl Tracer {
             .filter(|p| matches!(p.status, Status::Resolved))
         {
             let uret = rp.return_mode.uses_uretprobe();
+            if rp.return_mode == crate::profile::ReturnMode::Guarded {
+                self.phase_names.insert(rp.id, rp.phase.name.clone());
+            }
             let (entry_arg, exit_arg) = match rp.phase.capture() {
                 None => (ARG_NONE, ARG_NONE),
                 Some(Capture::Arg(n)) => (n as u64 + 1, ARG_NONE),
@@ -453,6 +459,9 @@ impl Tracer {
         let uretprobe = self.progs.uretprobe;
         if let Ok(p) = self.program(uretprobe) {
             let _ = p.unload();
+        }
+        if self.guarded {
+            self.drain_guarded();
         }
         // Then, so hits during the unloading below change nothing (see config::STOPPED).
         let _ = self.set_config(wprof_common::config::STOPPED, 1);

@@ -62,9 +62,10 @@ impl Tracer {
                     // The verifier's reason is the log's last line before its statistics.
                     let text = format!("{e:#}");
                     let stats = ["processed ", "stack depth", "verification time"];
-                    let last = text.lines().rev().find(|l| {
-                        !l.trim().is_empty() && !stats.iter().any(|s| l.starts_with(s))
-                    });
+                    let last = text
+                        .lines()
+                        .rev()
+                        .find(|l| !l.trim().is_empty() && !stats.iter().any(|s| l.starts_with(s)));
                     let why = match lockdown() {
                         Some(mode) => format!("kernel lockdown ({mode}) forbids it"),
                         None => "it needs CAP_SYS_ADMIN and no kernel lockdown".to_string(),
@@ -121,4 +122,95 @@ impl Tracer {
     pub fn unwinding_guarded(&self) -> bool {
         self.guarded
     }
+}
+
+/// How long detaching waits for guarded calls still running to return (see
+/// [`Tracer::drain_guarded`]).
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Tracer {
+    /// Called by detach once the uretprobes are gone (the kernel arms no new frame): waits, up
+    /// to [`DRAIN`], until no traced thread has a guarded call whose return slot still holds
+    /// the kernel's trampoline, since the unwind guard, unloaded next, is what keeps an
+    /// exception through such a call from terminating the program. Says which calls remain.
+    pub(super) fn drain_guarded(&mut self) {
+        let start = std::time::Instant::now();
+        loop {
+            let armed = self.armed_calls();
+            if armed.is_empty() {
+                return;
+            }
+            if start.elapsed() >= DRAIN {
+                let mut names: Vec<String> = armed
+                    .iter()
+                    .map(|(pid, phase)| {
+                        let name = self.phase_names.get(phase).map_or("?", String::as_str);
+                        format!("{name} (pid {pid})")
+                    })
+                    .collect();
+                names.dedup();
+                eprintln!(
+                    "wprof: warning: {} guarded call(s) still running after {} s: {}; each \
+                     returns through the kernel's uretprobe trampoline, so a C++ exception or \
+                     Rust panic thrown through one of them before it returns would terminate \
+                     the process (detach while those phases are idle, or trace them with \
+                     --return ret-sites)",
+                    armed.len(),
+                    DRAIN.as_secs(),
+                    names.join(", ")
+                );
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    /// (pid, phase id) of each open guarded call whose return slot holds the trampoline.
+    fn armed_calls(&self) -> Vec<(u32, u32)> {
+        use std::os::unix::fs::FileExt;
+        let Some(map) = self.ebpf.map("STACKS") else {
+            return Vec::new();
+        };
+        let Ok(stacks) = aya::maps::HashMap::<_, u64, wprof_common::ThreadStack>::try_from(map)
+        else {
+            return Vec::new();
+        };
+        let mut armed = Vec::new();
+        for (key, st) in stacks.iter().flatten() {
+            if key & wprof_common::GOROUTINE_KEY_BIT != 0 {
+                continue;
+            }
+            let pid = (key >> 32) as u32;
+            let Ok(mem) = std::fs::File::open(format!("/proc/{pid}/mem")) else {
+                continue; // gone: nothing left to protect
+            };
+            let tramp = if st.tramp != 0 {
+                st.tramp
+            } else {
+                match uprobes_page(pid) {
+                    Some(t) => t,
+                    None => continue, // no trampoline page: no frame was ever armed
+                }
+            };
+            let len = (st.len as usize).min(wprof_common::MAX_DEPTH);
+            for f in &st.frames[..len] {
+                if f.uretprobe != wprof_common::FRAME_URETPROBE {
+                    continue;
+                }
+                let mut slot = [0u8; 8];
+                if mem.read_exact_at(&mut slot, f.sp).is_ok() && u64::from_ne_bytes(slot) == tramp {
+                    armed.push((pid, f.phase));
+                }
+            }
+        }
+        armed
+    }
+}
+
+/// The start of process `pid`'s `[uprobes]` mapping, where the kernel's uretprobe trampoline
+/// lies.
+fn uprobes_page(pid: u32) -> Option<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let line = maps.lines().find(|l| l.ends_with("[uprobes]"))?;
+    u64::from_str_radix(line.split('-').next()?, 16).ok()
 }

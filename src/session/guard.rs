@@ -66,9 +66,9 @@ impl GuardPoints {
                     &mut self.catch
                 };
                 for t in p.targets {
-                    let seen = list
-                        .iter()
-                        .any(|s| s.object == t.object && s.entry.file_offset == t.entry.file_offset);
+                    let seen = list.iter().any(|s| {
+                        s.object == t.object && s.entry.file_offset == t.entry.file_offset
+                    });
                     if !seen {
                         list.push(t);
                     }
@@ -83,8 +83,7 @@ impl GuardPoints {
         if self.unwind.is_empty() {
             return Some(format!(
                 "no unwinder found ({} in {} or the phases' objects)",
-                UNWINDER_ENTRIES[0],
-                RUNTIME_OBJECTS[0]
+                UNWINDER_ENTRIES[0], RUNTIME_OBJECTS[0]
             ));
         }
         if self.catch.is_empty() {
@@ -113,9 +112,7 @@ fn guarded(phases: &[ResolvedPhase]) -> impl Iterator<Item = &ResolvedPhase> {
 /// guarded phases fall back to RET-site probes (said on stderr). Before the calibration, which
 /// measures the return modes the phases end up with.
 pub fn prepare(tracer: &mut Tracer, phases: &mut [ResolvedPhase], scope: &Scope) -> Option<Guard> {
-    if guarded(phases).next().is_none() {
-        return None;
-    }
+    guarded(phases).next()?;
     let mut objects: Vec<String> = RUNTIME_OBJECTS.iter().map(|s| s.to_string()).collect();
     for p in guarded(phases) {
         for t in &p.targets {
@@ -156,12 +153,7 @@ impl Guard {
     /// Attaches the guard to `pids` (every process mapping its objects with `every_process`):
     /// before the phases' probes go live.
     pub fn attach(&self, tracer: &mut Tracer, pids: &[u32], every_process: bool) -> Result<()> {
-        tracer.guard_unwinding(
-            &self.points.unwind,
-            &self.points.catch,
-            pids,
-            every_process,
-        )?;
+        tracer.guard_unwinding(&self.points.unwind, &self.points.catch, pids, every_process)?;
         Ok(())
     }
 }
