@@ -238,6 +238,24 @@ unwind() {
     done
     say "end unwind rc=0"
     say "set unwind $verdict"
+    unwind_cost
+}
+
+# unwind_cost: what one call of eight nested frames costs per frame (entry + return) in each
+# return mode, next to untraced (TCG's times are not a real machine's: read the ratios)
+unwind_cost() {
+    say "begin unwind_cost"
+    n=20000
+    plain=$(/km/torture plain $n | sed -n 's/.*ns_per_call=//p')
+    line="untraced ${plain} ns/call"
+    for mode in guarded uretprobe ret-sites; do
+        t=$($W record -q --return $mode --target /km/unwind.toml -- /km/torture plain $n \
+            2>/dev/null | sed -n 's/.*ns_per_call=//p')
+        line="$line; $mode $(((${t:-0} - plain) / 8)) ns/frame"
+    done
+    echo "$line"
+    say "end unwind_cost rc=0"
+    say "set unwind_cost $line"
 }
 
 main() {

@@ -262,6 +262,7 @@ run_kernel() {
     [ "$verdict" = PASS ] || { FAILED=1; log "$pkg: $verdict, see $console"; }
     ROWS+=("| ${kernel:-$pkg} | $doctor | $multi | ${rec:--} | ${att:--} | ${pp:--} | ${kern:--} | ${kagg:--} | ${unw:--} | $secs (boot $(value boot_s "$console")) | $verdict |")
     DOCTORS+=("$pkg" "$dir/doctor.txt")
+    COSTS+=("| ${kernel:-$pkg} | $(value unwind_cost "$console") |")
 }
 
 # clip FILE: FILE, or its first 10 and last 22 lines when longer than 40 (a verifier log:
@@ -285,6 +286,9 @@ report() {
         echo "| kernel | doctor | uprobe_multi | record | attach | per-point attach | kernel programs | in-kernel aggregation | unwind guard | seconds | result |"
         echo "|---|---|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${ROWS[@]}"
+        printf '\n%s\n\n| kernel | per frame (entry + return), torture plain 20000 |\n|---|---|\n' \
+            "Return modes on eight nested C++ frames (TCG: compare within a row, not with real hardware):"
+        printf '%s\n' "${COSTS[@]}"
         for ((i = 0; i < ${#DOCTORS[@]}; i += 2)); do
             printf '\n%s on %s:\n\n~~~\n%s\n~~~\n' "\`wprof doctor\`" "${DOCTORS[i]}" "$(clip "${DOCTORS[i + 1]}")"
         done
@@ -300,7 +304,7 @@ main() {
     ensure_wprof
     mkdir -p "$KM_DIR/debs" "$KM_DIR/kernels" "$KM_DIR/runs"
     build_initramfs "$KM_DIR/initrd.cpio"
-    ROWS=() DOCTORS=() FAILED=0
+    ROWS=() DOCTORS=() COSTS=() FAILED=0
     local k
     for k in "${kernels[@]}"; do
         run_kernel "$k" "$KM_DIR/initrd.cpio"

@@ -136,7 +136,7 @@ _wprof() {
                     return 0
                     ;;
                 --return)
-                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe guarded" -- "${cur}"))
                     return 0
                     ;;
                 --ring-size)
@@ -358,7 +358,7 @@ _wprof() {
                     return 0
                     ;;
                 --return)
-                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe guarded" -- "${cur}"))
                     return 0
                     ;;
                 --output)
@@ -604,7 +604,7 @@ _wprof() {
                     return 0
                     ;;
                 --return)
-                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe guarded" -- "${cur}"))
                     return 0
                     ;;
                 *)
@@ -634,7 +634,7 @@ _wprof() {
                     return 0
                     ;;
                 --return)
-                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "auto ret-sites uretprobe guarded" -- "${cur}"))
                     return 0
                     ;;
                 --ring-size)

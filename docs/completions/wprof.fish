@@ -41,9 +41,10 @@ complete -c wprof -n "__fish_wprof_needs_command" -f -a "help" -d 'Print this me
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -s p -l pid -d 'Process to trace (repeatable)' -r
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l duration -d 'Stop after this long (e.g. 500ms, 30s, 2m)' -r
-complete -c wprof -n "__fish_wprof_using_subcommand attach" -l return -d 'Force the return detection of every phase (default: each phase\'s own, `auto` picks RET-site probes for C++/Rust/Go and uretprobes for C)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l return -d 'Force the return detection of every phase (default: each phase\'s own, `auto` picks RET-site probes for C++/Rust/Go and uretprobes for C)' -r -f -a "auto\t'Per phase: guarded uretprobes for C++/Rust (RET sites where the guard cannot attach), RET sites for Go, uretprobes for C'
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
-uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'
+guarded\t'Kernel uretprobes plus the unwind guard: as cheap, and safe with exceptions and panics'"
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l ring-size -d 'Ring buffer size (e.g. 64K, 8M). Too small a buffer loses events: they are counted' -r
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l max-calls -d 'Keep at most this many root calls in the per-call table (JSON, --events); further calls are counted and still aggregated into the tree' -r
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l skip -d 'Leave out calls that started during the first DURATION (warm-up)' -r
@@ -74,9 +75,10 @@ complete -c wprof -n "__fish_wprof_using_subcommand attach" -l no-calibrate -d '
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l duration -d 'Stop after this long (e.g. 500ms, 30s, 2m)' -r
-complete -c wprof -n "__fish_wprof_using_subcommand record" -l return -d 'Force the return detection of every phase (default: each phase\'s own, `auto` picks RET-site probes for C++/Rust/Go and uretprobes for C)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l return -d 'Force the return detection of every phase (default: each phase\'s own, `auto` picks RET-site probes for C++/Rust/Go and uretprobes for C)' -r -f -a "auto\t'Per phase: guarded uretprobes for C++/Rust (RET sites where the guard cannot attach), RET sites for Go, uretprobes for C'
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
-uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'
+guarded\t'Kernel uretprobes plus the unwind guard: as cheap, and safe with exceptions and panics'"
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l ring-size -d 'Ring buffer size (e.g. 64K, 8M). Too small a buffer loses events: they are counted' -r
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l max-calls -d 'Keep at most this many root calls in the per-call table (JSON, --events); further calls are counted and still aggregated into the tree' -r
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l skip -d 'Leave out calls that started during the first DURATION (warm-up)' -r
@@ -107,9 +109,10 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -s h -l help -d 'Pri
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s p -l pid -d 'Resolve against a running process' -r
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -l binary -d 'Resolve against a binary on disk (the profile\'s "exe")' -r -F
-complete -c wprof -n "__fish_wprof_using_subcommand probes" -l return -d 'Force the return detection of every phase (as for attach)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -l return -d 'Force the return detection of every phase (as for attach)' -r -f -a "auto\t'Per phase: guarded uretprobes for C++/Rust (RET sites where the guard cannot attach), RET sites for Go, uretprobes for C'
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
-uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'
+guarded\t'Kernel uretprobes plus the unwind guard: as cheap, and safe with exceptions and panics'"
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand targets" -s h -l help -d 'Print help'
@@ -149,9 +152,10 @@ complete -c wprof -n "__fish_wprof_using_subcommand check" -s h -l help -d 'Prin
 complete -c wprof -n "__fish_wprof_using_subcommand export" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand export" -s p -l pid -d 'Resolve against a running process' -r
 complete -c wprof -n "__fish_wprof_using_subcommand export" -l binary -d 'Resolve against a binary on disk (the profile\'s "exe")' -r -F
-complete -c wprof -n "__fish_wprof_using_subcommand export" -l return -d 'Force the return detection of every phase (as for attach)' -r -f -a "auto\t'Per phase: RET sites for C++/Rust/Go, uretprobe for C'
+complete -c wprof -n "__fish_wprof_using_subcommand export" -l return -d 'Force the return detection of every phase (as for attach)' -r -f -a "auto\t'Per phase: guarded uretprobes for C++/Rust (RET sites where the guard cannot attach), RET sites for Go, uretprobes for C'
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
-uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'"
+uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'
+guarded\t'Kernel uretprobes plus the unwind guard: as cheap, and safe with exceptions and panics'"
 complete -c wprof -n "__fish_wprof_using_subcommand export" -s o -l output -d 'Write to this file instead of stdout' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand export" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
 complete -c wprof -n "__fish_wprof_using_subcommand export" -l bpftrace -d 'Write a bpftrace script (run it as `bpftrace FILE PID`)'

@@ -174,9 +174,10 @@ fn cxx_library_through_runpath() {
     let m = resolved(&phases, "mangled");
     assert_eq!(m.demangled, "pax::CCPaxAccessMethod::TupleInsert");
     assert_eq!(m.language, Language::Cxx);
+    // C++: a guarded uretprobe (the session falls back to RET sites without the guard).
     assert_eq!(
         by_name(&phases, "mangled").return_mode,
-        ReturnMode::RetSites
+        ReturnMode::Guarded
     );
     assert!(!m.exits.is_empty() && m.exits.iter().all(|s| s.file_offset > m.entry.file_offset));
     let so = d.join("libpax.so");
@@ -194,8 +195,9 @@ fn cxx_library_through_runpath() {
         by_name(&phases, "forced").return_mode,
         ReturnMode::Uretprobe
     );
-    // extern "C" in a C++ library: an exception may unwind through it, so not a uretprobe.
-    assert_eq!(by_name(&phases, "wal").return_mode, ReturnMode::RetSites);
+    // extern "C" in a C++ library: an exception may unwind through it, so not a plain
+    // uretprobe.
+    assert_eq!(by_name(&phases, "wal").return_mode, ReturnMode::Guarded);
     match &by_name(&phases, "over").status {
         Status::Unresolved { reason, .. } => {
             assert!(
@@ -263,7 +265,8 @@ fn rust_legacy_and_v0_cdylibs() {
             "{}",
             t.symbol
         );
-        assert_eq!(phases[0].return_mode, ReturnMode::RetSites);
+        assert_eq!(phases[0].return_mode, ReturnMode::Guarded);
+        // Found all the same: the fallback when the unwind guard does not load.
         assert!(!t.exits.is_empty());
     }
 }
