@@ -38,7 +38,7 @@ pub fn man_pages() -> Result<Vec<(String, Vec<u8>)>> {
 pub fn man(dir: Option<&Path>) -> Result<i32> {
     let pages = man_pages()?;
     match dir {
-        None => std::io::stdout().write_all(&pages[0].1)?,
+        None => crate::stdout::Stdout.write_all(&pages[0].1)?,
         Some(d) => {
             std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
             for (name, text) in &pages {

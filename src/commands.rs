@@ -14,14 +14,16 @@ use crate::session::{self, status_text};
 
 /// `wprof targets`: the built-in profiles, one line each.
 pub fn targets() -> Result<i32> {
+    let mut out = crate::stdout::Stdout;
     for (name, text) in BUILTIN {
         let p = Profile::parse(text, name)?;
-        println!(
+        writeln!(
+            out,
             "{:<14} {:>3} phases  {}",
             p.name,
             p.phases.len(),
             p.description
-        );
+        )?;
     }
     Ok(0)
 }
@@ -32,7 +34,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
     let (profile, mut phases) = load_and_resolve(&a.target, &a.resolve, "probes")?;
     // The mode a run would use: guarded returns only where this host loads the unwind guard.
     session::check_unwind_guard(&mut phases);
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::stdout::Stdout;
     writeln!(
         out,
         "{:<18} {:<24} {:<44} {:>10} {:<10} {:>5} {:<11} {:>8}  status",
@@ -198,7 +200,7 @@ pub fn export(a: ExportArgs) -> Result<i32> {
         Some(path) => {
             std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?
         }
-        None => print!("{text}"),
+        None => crate::stdout::print(&text)?,
     }
     Ok(0)
 }
@@ -231,10 +233,7 @@ fn check_split(run: &crate::model::Run, phase: &str, path: &std::path::Path) -> 
 
 /// `wprof report RUN.json`: re-renders a saved run.
 pub fn report(a: ReportArgs) -> Result<i32> {
-    let text =
-        std::fs::read_to_string(&a.run).with_context(|| format!("read {}", a.run.display()))?;
-    let mut run = render::from_json(&text)
-        .with_context(|| format!("{} is not a wprof run", a.run.display()))?;
+    let mut run = render::read_run_file(&a.run)?;
     if a.raw {
         run.drop_corrections();
     }
@@ -270,7 +269,7 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         }
         match &a.output {
             Some(p) => std::fs::write(p, text).with_context(|| format!("write {}", p.display()))?,
-            None => print!("{text}"),
+            None => crate::stdout::print(&text)?,
         }
         return Ok(0);
     }
@@ -291,7 +290,7 @@ pub fn report(a: ReportArgs) -> Result<i32> {
     session::render_to(&run, kind, &mut buf)?;
     match &a.output {
         Some(p) => std::fs::write(p, &buf).with_context(|| format!("write {}", p.display()))?,
-        None => std::io::stdout().lock().write_all(&buf)?,
+        None => crate::stdout::Stdout.write_all(&buf)?,
     }
     Ok(0)
 }

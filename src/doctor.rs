@@ -111,9 +111,9 @@ pub fn run(json: bool) -> anyhow::Result<i32> {
             "attach_works": attach_works(&checks),
             "checks": checks,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::stdout::print(&format!("{}\n", serde_json::to_string_pretty(&doc)?))?;
     } else {
-        print!("{}", render(&checks));
+        crate::stdout::print(&render(&checks))?;
     }
     Ok(if attach_works(&checks) { 0 } else { 1 })
 }

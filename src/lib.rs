@@ -22,6 +22,7 @@ pub mod profile;
 pub mod render;
 pub mod resolve;
 pub mod session;
+pub mod stdout;
 /// Stack symbolization: BPF stack addresses (user via `/proc/PID/maps` snapshots, kernel via
 /// kallsyms) -> frame names for folded stacks, with blazesym.
 pub mod symbolize;

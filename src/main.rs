@@ -25,7 +25,7 @@ fn main() {
         Command::Doctor(d) => wprof::doctor::run(d.json),
         Command::Export(e) => commands::export(e),
         Command::Completions { shell } => {
-            wprof::cli_docs::completions(shell, &mut std::io::stdout());
+            wprof::cli_docs::completions(shell, &mut wprof::stdout::Stdout);
             Ok(0)
         }
         Command::Man { dir } => wprof::cli_docs::man(dir.as_deref()),

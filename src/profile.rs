@@ -274,6 +274,18 @@ impl Profile {
             if !seen.insert(p.name.as_str()) {
                 return err(format!("phase name '{}' is used twice", p.name));
             }
+            // Names reach terminals, SVG (XML) and CSV as they are.
+            let named = [Some(&p.name), p.role.as_ref()];
+            if let Some(bad) = named
+                .into_iter()
+                .flatten()
+                .find(|n| n.chars().any(char::is_control))
+            {
+                return err(format!(
+                    "phase name or role {:?} holds a control character",
+                    bad
+                ));
+            }
             let kinds = [
                 p.symbol.is_some(),
                 p.syscall.is_some(),

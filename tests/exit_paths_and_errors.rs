@@ -314,3 +314,126 @@ fn record_exits_with_the_commands_status() {
         &["not found"],
     );
 }
+
+/// Runs `cmd` with its stdout a pipe whose reader is already gone (`wprof ... | true`).
+fn with_closed_stdout(cmd: &mut Command) -> std::process::Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let out = cmd
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("panicked"),
+        "{cmd:?}: {}",
+        text(&out)
+    );
+    out
+}
+
+#[test]
+fn a_closed_stdout_ends_printing_quietly_and_every_file_is_still_written() {
+    let dir = tempdir();
+    // Commands that need no privileges first.
+    let o = with_closed_stdout(wprof().arg("targets"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = with_closed_stdout(wprof().args(["completions", "bash"]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let json = dir.path().join("r.json");
+    let folded = dir.path().join("r.folded");
+    let o = with_closed_stdout(
+        wprof()
+            .args(["record", "--target", "fixture", "--json"])
+            .arg(&json)
+            .arg("--folded")
+            .arg(&folded)
+            .arg("--")
+            .arg(fixture("writepath"))
+            .args(["--iterations", "50"]),
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let run = read_json(&json);
+    assert_eq!(u(node(&run, &["write_record"]), "count"), 50);
+    assert!(std::fs::read_to_string(&folded)
+        .unwrap()
+        .contains("write_record"));
+    // report and compare of that run, into the same closed pipe: the run's exit code.
+    let o = with_closed_stdout(wprof().arg("report").arg(&json));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let o = with_closed_stdout(wprof().arg("compare").arg(&json).arg(&json));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+}
+
+#[test]
+fn wprof_refuses_to_trace_itself() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    // The shell's pid becomes wprof's at exec.
+    let started = Instant::now();
+    let o = run(Command::new("sh").arg("-c").arg(format!(
+        "exec {} attach --target fixture --pid $$ --duration 2s",
+        env!("CARGO_BIN_EXE_wprof")
+    )));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(
+        text(&o).contains("wprof cannot trace itself"),
+        "{}",
+        text(&o)
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn json_nested_beyond_any_run_is_refused_not_a_stack_overflow() {
+    let dir = tempdir();
+    let deep = dir.path().join("deep.json");
+    std::fs::write(&deep, "[".repeat(50_000)).unwrap();
+    // A run whose tree is 3,000 phases deep (MAX_DEPTH is 128): valid JSON, too deep.
+    let mut node = String::from("{\"name\":\"x\",\"children\":[]}");
+    for _ in 0..3000 {
+        node = format!("{{\"name\":\"x\",\"children\":[{node}]}}");
+    }
+    let tree = dir.path().join("tree.json");
+    std::fs::write(
+        &tree,
+        format!("{{\"schema_version\":1,\"tree\":{{\"roots\":[{node}]}}}}"),
+    )
+    .unwrap();
+    let h = dir.path().join("h.toml");
+    std::fs::write(
+        &h,
+        "[[hypothesis]]\nid = \"H\"\nphase = \"x\"\nmean_us = \"< 1\"\n",
+    )
+    .unwrap();
+    for f in [&deep, &tree] {
+        let name = f.file_name().unwrap().to_str().unwrap();
+        for cmd in [
+            wprof().arg("report").arg(f),
+            wprof().arg("compare").arg(f).arg(f),
+            wprof().arg("check").arg("--hypotheses").arg(&h).arg(f),
+        ] {
+            expect_error(cmd, 2, &[name, "nested deeper than"]);
+        }
+    }
+}
+
+#[test]
+fn control_characters_in_a_phase_name_are_refused() {
+    let dir = tempdir();
+    let p = write_profile(
+        dir.path(),
+        "name = \"x\"\nobject = \"exe\"\n[[phase]]\nname = \"a\\u001b[31m\"\nsymbol = \"f\"\n",
+    );
+    expect_error(
+        wprof().args(["probes", "--target", &p, "--binary", "/bin/true"]),
+        2,
+        &["control character"],
+    );
+}

@@ -63,16 +63,6 @@ fn usage(msg: String) -> anyhow::Error {
     WprofError::Usage(msg).into()
 }
 
-/// Reads a RUN.json; anything wrong with the file is a usage error naming it, on one line.
-fn load_run(path: &Path) -> Result<Run> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
-    crate::render::from_json(&text).map_err(|e| {
-        let msg = format!("{e:#}").replace('\n', " ");
-        usage(format!("{}: {msg}", path.display()))
-    })
-}
-
 /// Where a hypothesis's phase lives in one run.
 struct Target {
     /// Column of the phase in the call table.
@@ -567,8 +557,12 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     let text = std::fs::read_to_string(&a.hypotheses)
         .map_err(|e| usage(format!("cannot read {}: {e}", a.hypotheses.display())))?;
     let hyps = hypothesis::parse_file(&text, &a.hypotheses.display().to_string())?;
-    let run = load_run(&a.run)?;
-    let base = a.base.as_deref().map(load_run).transpose()?;
+    let run = crate::render::read_run_file(&a.run)?;
+    let base = a
+        .base
+        .as_deref()
+        .map(crate::render::read_run_file)
+        .transpose()?;
     let run_name = a.run.display().to_string();
     let base_name = a.base.as_ref().map(|b| b.display().to_string());
     let mut targets = Vec::with_capacity(hyps.len());
@@ -594,7 +588,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         .zip(&targets)
         .map(|(h, t)| evaluate(h, &run, base.as_ref(), t, &a))
         .collect();
-    print!("{}", render_table(&verdicts, a.confidence));
+    crate::stdout::print(&render_table(&verdicts, a.confidence))?;
     if let Some(path) = &a.json {
         let doc = verdicts_json(&a.run, a.base.as_deref(), &verdicts, &a);
         let mut s = serde_json::to_string_pretty(&doc)?;

@@ -211,13 +211,6 @@ fn usage(msg: String) -> anyhow::Error {
     WprofError::Usage(msg).into()
 }
 
-fn read_run(path: &Path) -> Result<Run> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| usage(format!("cannot read {}: {e}", path.display())))?;
-    crate::render::from_json(&text)
-        .map_err(|e| usage(format!("{} is not a wprof run: {e:#}", path.display())))
-}
-
 /// Warns on stderr when an object probed in both runs has different build ids.
 fn warn_build_ids(base: &Run, new: &Run) {
     for ob in &base.provenance.objects {
@@ -516,8 +509,8 @@ pub fn run(a: CompareArgs) -> Result<i32> {
         .map(|e| threshold::parse(e).map_err(usage))
         .collect::<Result<Vec<_>>>()?;
     let tail_pct = a.tail.as_deref().map(tail::parse_percentile).transpose()?;
-    let base = read_run(&a.base)?;
-    let new = read_run(&a.new)?;
+    let base = crate::render::read_run_file(&a.base)?;
+    let new = crate::render::read_run_file(&a.new)?;
     warn_build_ids(&base, &new);
     let stack_diffs = [
         (&a.cpu_flamegraph, StackDiffKind::Cpu, "CPU time"),
@@ -587,7 +580,7 @@ pub fn run(a: CompareArgs) -> Result<i32> {
     if !thresholds.is_empty() && messages.is_empty() {
         let _ = writeln!(text, "All {} thresholds passed.", thresholds.len());
     }
-    print!("{text}");
+    crate::stdout::print(&text)?;
 
     if let Some(p) = &a.json {
         let v = to_json(&c, &a.base, &a.new, a.by, min_effect, &failed);

@@ -27,12 +27,38 @@ pub fn fold(raw: &[u8]) -> String {
     // Every byte BPF hashed (`len` of them: a C string's NUL is not among them).
     let bytes: Vec<u8> = raw.iter().filter_map(|c| scan.step(*c)).collect();
     // Not trimmed: BPF hashed every emitted byte, a trailing space included.
-    String::from_utf8_lossy(&bytes).into_owned()
+    escape_controls(&String::from_utf8_lossy(&bytes))
+}
+
+/// `text` with each control character written as `\xNN` (`\u{NNNN}` beyond ASCII): a string
+/// from the traced program (any SQL client's statement) must not drive the terminal, break an
+/// SVG's XML or split a CSV row in any output.
+pub fn escape_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            c if c.is_control() && (c as u32) < 0x80 => {
+                out.push_str(&format!("\\x{:02x}", c as u32))
+            }
+            c if c.is_control() => out.push_str(&format!("\\u{{{:04x}}}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(
+            fold(b"SELECT x /* \x1b[31m \x01 */ FROM t"),
+            "SELECT x /* \\x1b[? \\x01 */ FROM t"
+        );
+        assert_eq!(escape_controls("a\u{85}b"), "a\\u{0085}b");
+    }
 
     #[test]
     fn literals_fold_identifiers_stay() {

@@ -57,14 +57,69 @@ pub fn to_json(run: &Run) -> serde_json::Value {
     serde_json::to_value(&doc).unwrap_or_else(|e| unreachable!("run serializes to JSON: {e}"))
 }
 
-/// Parses without serde_json's 128-level nesting limit: a tree may be MAX_DEPTH (128) phases
-/// deep and every level nests an object in an array.
+/// The deepest nesting of arrays and objects a run file may have: a tree MAX_DEPTH (128)
+/// phases deep nests an object in an array per level, and a node's histogram a few more.
+pub const MAX_JSON_NESTING: usize = 2 * wprof_common::MAX_DEPTH + 16;
+
+/// Parses without serde_json's 128-level nesting limit (a tree may be MAX_DEPTH phases deep),
+/// but refuses a document nested deeper than [`MAX_JSON_NESTING`] before parsing it: a crafted
+/// file would otherwise overflow the stack.
 pub fn parse_deep<T: serde::de::DeserializeOwned>(text: &str) -> serde_json::Result<T> {
+    if let Some(at) = too_deep(text, MAX_JSON_NESTING) {
+        return Err(serde::de::Error::custom(format!(
+            "nested deeper than {MAX_JSON_NESTING} levels at byte {at}: no wprof run is (a tree \
+             is at most {} phases deep)",
+            wprof_common::MAX_DEPTH
+        )));
+    }
     let mut de = serde_json::Deserializer::from_str(text);
     de.disable_recursion_limit();
     let v = T::deserialize(&mut de)?;
     de.end()?;
     Ok(v)
+}
+
+/// The byte offset where `text` first nests arrays and objects deeper than `max`, if it does
+/// (brackets inside strings do not count). Written by hand: serde_json can only limit depth at
+/// 128, below what a deep tree needs, or not at all.
+fn too_deep(text: &str, max: usize) -> Option<usize> {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for (i, b) in text.bytes().enumerate() {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return Some(i);
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Reads a RUN.json file for report, compare and check: a missing, unreadable or malformed
+/// file is a usage error (exit 2) naming the file, on one line.
+pub fn read_run_file(path: &std::path::Path) -> Result<Run> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        crate::error::WprofError::Usage(format!("cannot read {}: {e}", path.display()))
+    })?;
+    from_json(&text).map_err(|e| {
+        let why = format!("{e:#}").replace('\n', " ");
+        crate::error::WprofError::Usage(format!("{} is not a wprof run: {why}", path.display()))
+            .into()
+    })
 }
 
 /// Reads a RUN.json. Refuses other schema versions and malformed or incomplete documents

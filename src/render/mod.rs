@@ -25,7 +25,7 @@ pub use csv::calls_csv;
 pub use diff_flamegraph::differential_svg;
 pub use flamegraph::{flamegraph_svg, PHASE_PALETTE};
 pub use folded::folded;
-pub use json::{from_json, parse_deep, to_json};
+pub use json::{from_json, parse_deep, read_run_file, to_json};
 pub use stack_flamegraph::{stack_flamegraph_svg, StackKind};
 pub use text::{render_tree, TextOptions};
 pub use trace::chrome_trace;

@@ -175,10 +175,7 @@ fn cxx_library_through_runpath() {
     assert_eq!(m.demangled, "pax::CCPaxAccessMethod::TupleInsert");
     assert_eq!(m.language, Language::Cxx);
     // C++: a guarded uretprobe (the session falls back to RET sites without the guard).
-    assert_eq!(
-        by_name(&phases, "mangled").return_mode,
-        ReturnMode::Guarded
-    );
+    assert_eq!(by_name(&phases, "mangled").return_mode, ReturnMode::Guarded);
     assert!(!m.exits.is_empty() && m.exits.iter().all(|s| s.file_offset > m.entry.file_offset));
     let so = d.join("libpax.so");
     assert_eq!(

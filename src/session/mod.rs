@@ -42,6 +42,16 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     // First, so a missing capability is reported as such and not as a /proc permission error.
     check_capabilities()?;
     for &pid in &a.pid {
+        // Its own probes would fire inside its own BPF-reading loop: each hit makes work that
+        // hits again (a livelock that ignores --duration and signals).
+        if pid == std::process::id()
+            || std::path::Path::new(&format!("/proc/self/task/{pid}")).exists()
+        {
+            return Err(WprofError::Usage(format!(
+                "pid {pid} is wprof itself (or one of its threads): wprof cannot trace itself"
+            ))
+            .into());
+        }
         if !process_alive(pid) {
             return Err(WprofError::NoProcess(format!(
                 "no process with pid {pid} (check `ps -p {pid}`; wprof attaches to running processes)"

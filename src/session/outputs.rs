@@ -15,8 +15,10 @@ use crate::render::{self, StackKind};
 pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
     let text = render::render_tree(run, &render::TextOptions::default());
     if !quiet {
-        print!("{text}");
-        let _ = std::io::stdout().flush();
+        // A failing terminal must not cost the files below: reported once they are written.
+        if let Err(e) = crate::stdout::print(&text) {
+            eprintln!("wprof: warning: printing the tree failed: {e}");
+        }
     }
     let mut jobs: Vec<(std::path::PathBuf, Kind)> = Vec::new();
     if let Some(dir) = &out.out {
