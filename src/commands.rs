@@ -132,7 +132,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
             resolve::ENTRY_AT_ENDBR_ENV
         )?;
     }
-    drop(out);
+    out.flush()?;
     for w in phases.iter().flat_map(|p| &p.warnings) {
         eprintln!("wprof: warning: {w}");
     }
