@@ -50,9 +50,18 @@ BT
 done
 echo "bpftrace: $i functions, entry + uretprobe each"
 
-bench() { rm -rf "$DB/db"; "$@" db_bench "${ARGS[@]}" --db="$DB/db" 2>/dev/null; }
+bench() { rm -rf "$DB/db"; "$@" /usr/bin/db_bench "${ARGS[@]}" --db="$DB/db" 2>/dev/null; }
 ops() { sed -n 's/^fillrandom .* \([0-9]*\) ops\/sec.*/\1/p' | head -n1; }
-own() { awk '$1 == "rocksdb.db.write.micros" { print $(NF-2) > 0 ? $NF / $(NF-2) : 0 }'; }
+# ... COUNT : n SUM : s  ->  s / n
+own() { awk '$1 == "rocksdb.db.write.micros" { print ($(NF-3) > 0 ? $NF / $(NF-3) : 0) }'; }
+corrected() {
+  python3 - "$1" <<'PY'
+import json, sys
+run = json.load(open(sys.argv[1]))
+root = next(x for x in run["tree"]["roots"] if x["name"] == "write_impl")
+print(f"{root['corrected']['mean_ns'] / 1e3:.2f}")
+PY
+}
 
 printf '%-6s %-22s %10s %9s %14s %16s\n' round tool ops/s slowdown own_mean_us wprof_corr_us
 for r in $(seq "$ROUNDS"); do
@@ -61,12 +70,12 @@ for r in $(seq "$ROUNDS"); do
   printf '%-6s %-22s %10s %9s %14.2f %16s\n' "$r" untraced "$b_ops" 1.00 "$(own <<<"$base")" -
   for mode in auto uretprobe ret-sites; do
     out=$(bench "$W" record -q --target rocksdb --return "$mode" --json "$DB/run.json" --)
-    corr=$(python3 -c 'import json,sys;r=json.load(open(sys.argv[1]));n=[x for x in r["tree"]["roots"] if x["name"]=="write_impl"][0];print(f"{n[\"corrected\"][\"mean_ns\"]/1e3:.2f}")' "$DB/run.json")
+    corr=$(corrected "$DB/run.json")
     o=$(ops <<<"$out")
     printf '%-6s %-22s %10s %9.2f %14.2f %16s\n' "$r" "wprof --return $mode" "$o" \
       "$(echo "$b_ops / $o" | bc -l)" "$(own <<<"$out")" "$corr"
   done
-  out=$(rm -rf "$DB/db"; bpftrace "$bt" -c "db_bench ${ARGS[*]} --db=$DB/db" 2>/dev/null)
+  out=$(rm -rf "$DB/db"; bpftrace "$bt" -c "/usr/bin/db_bench ${ARGS[*]} --db=$DB/db" 2>/dev/null)
   o=$(ops <<<"$out")
   printf '%-6s %-22s %10s %9.2f %14.2f %16s\n' "$r" "bpftrace (same probes)" "$o" \
     "$(echo "$b_ops / $o" | bc -l)" "$(own <<<"$out")" -
