@@ -437,3 +437,47 @@ fn control_characters_in_a_phase_name_are_refused() {
         &["control character"],
     );
 }
+
+#[test]
+fn a_function_the_kernel_cannot_probe_is_named_and_a_glob_leaves_it_out() {
+    // PostgreSQL's SetLatch starts with `lock addl` (a memory barrier): the kernel refuses a
+    // uprobe there (error 524 at attach, naming nothing). Named at resolution instead.
+    let postgres = "/usr/lib/postgresql/15/bin/postgres";
+    if !wprof::testing::require(Path::new(postgres).exists(), "PostgreSQL 15") {
+        return;
+    }
+    let dir = tempdir();
+    let one = write_profile(
+        dir.path(),
+        "name = \"x\"\nobject = \"exe\"\n[[phase]]\nname = \"latch\"\nsymbol = \"SetLatch\"\n",
+    );
+    expect_error(
+        wprof().args(["probes", "--target", &one, "--binary", postgres]),
+        4,
+        &["phase 'latch'", "SetLatch", "lock prefix", "uprobes refuse"],
+    );
+    let glob = dir.path().join("glob.toml");
+    std::fs::write(
+        &glob,
+        "name = \"x\"\nobject = \"exe\"\n[[phase]]\nname = \"many\"\nsymbol = \"Set[A-Z]*\"\n\
+         all_matches = true\n",
+    )
+    .unwrap();
+    let o = run(wprof()
+        .arg("probes")
+        .arg("--target")
+        .arg(&glob)
+        .args(["--binary", postgres]));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o));
+    let (out, err) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(
+        err.contains("phase 'many': SetLatch") && err.contains("left out"),
+        "{}",
+        text(&o)
+    );
+    assert!(!out.contains("SetLatch "), "{out}");
+    assert!(out.contains("SetWalWriterSleeping"), "{out}");
+}

@@ -80,6 +80,35 @@ pub fn entry_cost(bytes: &[u8], address: u64) -> CostClass {
     }
 }
 
+/// Why the kernel would refuse a uprobe on the instruction at the start of `bytes`, if it
+/// would: x86 uprobes reject a `lock` prefix and the ES/CS/SS/DS segment prefixes (the attach
+/// then fails with error 524, ENOTSUPP, naming nothing), and cannot take an undecodable
+/// instruction or an `int3` already there.
+pub fn unprobeable(bytes: &[u8], address: u64) -> Option<String> {
+    let mut decoder = Decoder::with_ip(64, bytes, address, DecoderOptions::NONE);
+    let insn = decoder.decode();
+    if insn.is_invalid() {
+        return Some("its instruction does not decode".into());
+    }
+    let why = if insn.has_lock_prefix() {
+        "a lock prefix"
+    } else if matches!(
+        insn.segment_prefix(),
+        Register::ES | Register::CS | Register::SS | Register::DS
+    ) {
+        "a segment prefix"
+    } else if insn.mnemonic() == Mnemonic::Int3 {
+        "an int3 (a breakpoint already)"
+    } else {
+        return None;
+    };
+    let mut text = String::new();
+    iced_x86::FastFormatter::new().format(&insn, &mut text);
+    Some(format!(
+        "its first instruction `{text}` has {why}, which the kernel's uprobes refuse"
+    ))
+}
+
 /// Exit sites of a function made of `parts` (its body first, then fragments of the same
 /// frame): RETs, and direct JMPs to anything outside every part. In file-offset order.
 pub fn exits_of(parts: &[Code<'_>]) -> Vec<Site> {

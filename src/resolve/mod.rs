@@ -479,6 +479,23 @@ fn resolve_symbol_phase(
             Ok(s) => s,
             Err(e) => return unresolved(format!("{e:#}"), Vec::new(), syms.is_go),
         };
+        let at = entry.file_offset - f.file_offset;
+        let first = (1..=15)
+            .rev()
+            .find_map(|n| syms.bytes(entry.file_offset, n));
+        if let Some(why) = first.and_then(|b| disasm::unprobeable(b, f.address + at)) {
+            let what = format!("{} ({} + {at:#x}): {why}", m.name.demangled, shown);
+            if matches.len() > 1 {
+                // One of a glob's matches: the others are still worth probing.
+                warnings.push(format!("phase '{}': {what}; left out", phase.name));
+                continue;
+            }
+            return unresolved(
+                format!("{what}; probe a function it calls or that calls it"),
+                Vec::new(),
+                syms.is_go,
+            );
+        }
         let exits = match (disasm::exit_sites(syms, f), return_mode) {
             (Ok(x), ReturnMode::RetSites) if x.is_empty() => {
                 let reason = format!(
@@ -513,6 +530,13 @@ fn resolve_symbol_phase(
                 None
             },
         });
+    }
+    if targets.is_empty() {
+        let reason = format!("no function '{pattern}' matched in {shown} can be probed");
+        return ResolvedPhase {
+            warnings,
+            ..unresolved(reason, Vec::new(), syms.is_go)
+        };
     }
     ResolvedPhase {
         id,
