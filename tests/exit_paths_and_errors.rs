@@ -481,3 +481,58 @@ fn a_function_the_kernel_cannot_probe_is_named_and_a_glob_leaves_it_out() {
     assert!(!out.contains("SetLatch "), "{out}");
     assert!(out.contains("SetWalWriterSleeping"), "{out}");
 }
+
+#[test]
+fn output_paths_are_checked_before_attaching_and_written_without_following_symlinks() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let fx = fixture("writepath");
+    let record = |extra: &[&std::ffi::OsStr]| {
+        let mut c = wprof();
+        c.args(["record", "--quiet", "--target", "fixture"])
+            .args(extra)
+            .arg("--")
+            .arg(&fx);
+        c.args(["--iterations", "20"]);
+        c
+    };
+    // A missing directory: refused at once (exit 2), before the command ever runs.
+    let bad = dir.path().join("nonexistent/x.json");
+    let started = Instant::now();
+    let o = run(&mut record(&["--json".as_ref(), bad.as_os_str()]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("nonexistent"), "{}", text(&o));
+    assert!(!text(&o).contains("probe points live"), "{}", text(&o));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    // A symlink planted where the JSON goes: replaced by the file, its target untouched.
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let json = dir.path().join("run.json");
+    std::os::unix::fs::symlink(&victim, &json).unwrap();
+    let o = run(&mut record(&["--json".as_ref(), json.as_os_str()]));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(std::fs::symlink_metadata(&json)
+        .unwrap()
+        .file_type()
+        .is_file());
+    assert_eq!(u(node(&read_json(&json), &["write_record"]), "count"), 20);
+    // An --out directory another user made (in a world-writable place, with a planted
+    // tree.txt): refused.
+    let theirs = dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+    let o = run(&mut record(&["--out".as_ref(), theirs.as_os_str()]));
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("belongs to uid 65534"), "{}", text(&o));
+    // No temporary file is left next to the outputs.
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

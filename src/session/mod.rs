@@ -39,6 +39,7 @@ pub use trace_loop::{EndReason, Watch};
 pub fn attach(a: AttachArgs) -> Result<i32> {
     let profile = a.target.load()?;
     split_phase(&profile, &a.trace)?;
+    outputs::check_output_paths(&a.outputs)?;
     // First, so a missing capability is reported as such and not as a /proc permission error.
     check_capabilities()?;
     for &pid in &a.pid {
@@ -143,6 +144,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
 pub fn record(r: RecordArgs) -> Result<i32> {
     let profile = r.target.load()?;
     split_phase(&profile, &r.trace)?;
+    outputs::check_output_paths(&r.outputs)?;
     check_capabilities()?;
     let exe = child::find_executable(&r.command[0])?;
     let scope = Scope::Binary(exe.clone());

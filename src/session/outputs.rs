@@ -1,7 +1,6 @@
 //! Writing a run's outputs: the tree on stdout and the files the user asked for.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -154,13 +153,133 @@ pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
     Ok(())
 }
 
+/// Renders one output, then writes it whole or not at all: a new file next to `path`, created
+/// exclusively (never through a symlink planted there, never onto a file someone else made),
+/// renamed over `path` once complete (a symlink at `path` is replaced, not followed). A full
+/// disk leaves the old file, or none, and an error naming the file.
 fn write_one(run: &Run, text: &str, path: &Path, kind: Kind) -> Result<()> {
-    let f = File::create(path).with_context(|| format!("create {}", path.display()))?;
-    let mut w = BufWriter::new(f);
+    let mut buf = Vec::new();
     match kind {
-        Kind::Tree => w.write_all(text.as_bytes())?,
-        _ => render_to(run, kind, &mut w)?,
+        Kind::Tree => buf.extend_from_slice(text.as_bytes()),
+        _ => render_to(run, kind, &mut buf)?,
     }
-    w.flush()
-        .with_context(|| format!("write {}", path.display()))
+    write_atomic(path, &buf).with_context(|| format!("write {}", path.display()))
+}
+
+/// Writes `bytes` to `path` through an exclusive temporary file in its directory and a rename;
+/// an existing regular file keeps its permissions, a new one gets 0644.
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let tmp = dir.join(format!(
+        ".{}.wprof-{}.tmp",
+        name.as_deref().unwrap_or("out"),
+        std::process::id()
+    ));
+    let mode = std::fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.file_type().is_file())
+        .map_or(0o644, |m| m.permissions().mode() & 0o7777);
+    let _ = std::fs::remove_file(&tmp); // our own leftover from a killed run, if any
+    let result = (|| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_data()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Refuses, before anything is attached, output paths a run could not write at its end: a
+/// file whose directory is missing or not writable, a path that is a directory, an `--out`
+/// directory that exists as something else or belongs to another user (in a world-writable
+/// place it may hold planted files).
+pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
+    let usage = |m: String| -> anyhow::Error { crate::error::WprofError::Usage(m).into() };
+    let files = [
+        &out.json,
+        &out.folded,
+        &out.flamegraph,
+        &out.events,
+        &out.trace,
+        &out.cpu_folded,
+        &out.cpu_flamegraph,
+        &out.off_cpu_folded,
+        &out.off_cpu_flamegraph,
+    ];
+    for p in files.into_iter().flatten() {
+        if p.is_dir() {
+            return Err(usage(format!("output {} is a directory", p.display())));
+        }
+        let dir = match p.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        writable_dir(dir).map_err(|why| usage(format!("cannot write {}: {why}", p.display())))?;
+    }
+    if let Some(dir) = &out.out {
+        match std::fs::symlink_metadata(dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(usage(format!(
+                    "--out {} exists and is not a directory",
+                    dir.display()
+                )))
+            }
+            Ok(m) => {
+                use std::os::unix::fs::MetadataExt;
+                // SAFETY: geteuid has no preconditions.
+                let me = unsafe { libc::geteuid() };
+                if m.uid() != me {
+                    return Err(usage(format!(
+                        "--out {} belongs to uid {}, not to this user (uid {me}): choose a \
+                         directory of your own",
+                        dir.display(),
+                        m.uid()
+                    )));
+                }
+                writable_dir(dir)
+                    .map_err(|why| usage(format!("cannot write into {}: {why}", dir.display())))?;
+            }
+            Err(_) => {
+                let parent = match dir.parent() {
+                    Some(d) if !d.as_os_str().is_empty() => d,
+                    _ => Path::new("."),
+                };
+                if parent.exists() {
+                    writable_dir(parent)
+                        .map_err(|why| usage(format!("cannot create {}: {why}", dir.display())))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Why `dir` is no directory this process can create files in, if it is not.
+fn writable_dir(dir: &Path) -> std::result::Result<(), String> {
+    if !dir.is_dir() {
+        return Err(format!("{} is not an existing directory", dir.display()));
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| "the path holds a NUL byte".to_string())?;
+    // SAFETY: `c` is a valid NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        return Err(format!(
+            "{} is not writable: {}",
+            dir.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
 }
