@@ -192,9 +192,9 @@ pub fn export(a: ExportArgs) -> Result<i32> {
         return Err(err.into());
     }
     let text = if a.bpftrace {
-        crate::export::bpftrace(&profile, &phases)
+        crate::export::bpftrace(&profile, &phases)?
     } else {
-        crate::export::perf_probe(&profile, &phases)
+        crate::export::perf_probe(&profile, &phases)?
     };
     match &a.output {
         Some(path) => {

@@ -162,3 +162,83 @@ fn the_perf_probe_commands_count_every_call_of_the_fixture() {
     assert_eq!(count("wprof:recurse_phase"), 60);
     assert_eq!(count("wprof:recurse_phase__ret0"), 60);
 }
+
+#[test]
+fn hostile_paths_and_names_cannot_inject_into_the_generated_scripts() {
+    let dir = tempdir();
+    // A binary in a directory whose name closes a shell quote and runs a command.
+    let evil = dir.path().join("x'; touch PWNED; '");
+    std::fs::create_dir(&evil).unwrap();
+    let prog = evil.join("writepath");
+    std::fs::copy(fixture("writepath"), &prog).unwrap();
+    // A phase name that would close bpftrace's map key and add a statement.
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        "name = \"evil\"\nobject = \"exe\"\n[[phase]]\nname = 'w\"] = count(); printf(\"pwned'\n\
+         symbol = \"write_record\"\nreturn = \"uretprobe\"\n",
+    )
+    .unwrap();
+    let perf = run(wprof()
+        .args(["export", "--perf-probe", "--target"])
+        .arg(&profile)
+        .arg("--binary")
+        .arg(&prog));
+    assert!(perf.status.success(), "{}", text(&perf));
+    let script = dir.path().join("probes.sh");
+    std::fs::write(&script, &perf.stdout).unwrap();
+    // Run with `perf` as a stub that only records its arguments: the path arrives whole, and
+    // nothing else runs.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let args_log = dir.path().join("args.log");
+    let stub = bin.join("perf");
+    std::fs::write(
+        &stub,
+        format!(
+            "#!/bin/sh\nfor a in \"$@\"; do printf '%s\\n' \"$a\"; done >> '{}'\n",
+            args_log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&stub, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let o = run(Command::new("sh")
+        .arg(&script)
+        .arg("add")
+        .current_dir(dir.path())
+        .env("PATH", format!("{}:/usr/bin:/bin", bin.display())));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        !dir.path().join("PWNED").exists(),
+        "the generated script ran a command"
+    );
+    let logged = std::fs::read_to_string(&args_log).unwrap();
+    assert!(
+        logged.lines().any(|l| l == prog.to_str().unwrap()),
+        "{logged}"
+    );
+    // bpftrace has no quoting for a probe's path: refused, not pasted.
+    let bt = run(wprof()
+        .args(["export", "--bpftrace", "--target"])
+        .arg(&profile)
+        .arg("--binary")
+        .arg(&prog));
+    assert_eq!(bt.status.code(), Some(2), "{}", text(&bt));
+    assert!(
+        text(&bt).contains("cannot be written into a bpftrace probe"),
+        "{}",
+        text(&bt)
+    );
+    // With a plain path, the name stays inside its string literal.
+    let bt = export(&[
+        "--bpftrace",
+        "--target",
+        profile.to_str().unwrap(),
+        "--binary",
+        fixture("writepath").to_str().unwrap(),
+    ]);
+    assert!(
+        bt.contains(r#"@calls["w\"] = count(); printf(\"pwned"]"#),
+        "{bt}"
+    );
+}

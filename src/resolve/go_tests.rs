@@ -220,7 +220,7 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
     assert_eq!(wp.phase.capture(), Some(Capture::Arg(8)));
 
     // `wprof export --bpftrace` keys Go calls by goroutine and probes past the stack check.
-    let bt = crate::export::bpftrace(&prof, &phases);
+    let bt = crate::export::bpftrace(&prof, &phases).unwrap();
     let entry = format!(
         "uprobe:{}:main.(*T).Write+{} ",
         app.display(),
