@@ -48,16 +48,18 @@ fn one_line(s: &str) -> String {
 }
 
 /// Refuses a path or symbol that a bpftrace probe (`uprobe:PATH:SYMBOL`) cannot carry as it
-/// is: bpftrace has no quoting there, and a `:`, a space, a brace or a quote would change the
-/// script.
+/// is: bpftrace has no quoting there, and a `:`, a space, a brace, a `;` or a quote would
+/// change the script. A symbol may also hold what Go names do (`main.(*T).Write`, generics'
+/// `[...]`).
 fn bpftrace_word(what: &str, s: &str) -> Result<(), crate::error::WprofError> {
-    let ok = |c: char| c.is_ascii_alphanumeric() || "/._+-@$".contains(c);
+    let extra = if what == "symbol" { "()*[]," } else { "" };
+    let ok = |c: char| c.is_ascii_alphanumeric() || "/._+-@$".contains(c) || extra.contains(c);
     if s.chars().all(ok) {
         return Ok(());
     }
     Err(crate::error::WprofError::Usage(format!(
-        "{what} {s:?} cannot be written into a bpftrace probe (only letters, digits and /._+-@$ \
-         can); use `wprof export --perf-probe`, or wprof itself"
+        "{what} {s:?} cannot be written into a bpftrace probe (only letters, digits and \
+         /._+-@${extra} can); use `wprof export --perf-probe`, or wprof itself"
     )))
 }
 
@@ -359,6 +361,8 @@ mod tests {
         );
         assert!(bpftrace_word("object", "/usr/lib/libx.so.1").is_ok());
         assert!(bpftrace_word("object", "/tmp/a b:c{").is_err());
+        assert!(bpftrace_word("symbol", "main.(*T).Write").is_ok());
+        assert!(bpftrace_word("symbol", "f /pid == 1/ { system(\"x\") }").is_err());
         assert_eq!(one_line("a\nrm -rf /"), "a rm -rf /");
     }
 
