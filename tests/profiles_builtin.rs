@@ -189,3 +189,91 @@ fn aoco_against_stock_postgres_is_exit_4_naming_the_missing_functions() {
         assert!(heap.ends_with("resolved"), "{heap}");
     }
 }
+
+/// Each symbol phase of profile `name` in object `object` (the profile's default) against a
+/// real program's function names (demangled, no parameters, no Rust hash): a required phase
+/// names exactly one of them (or, with all_matches, at least one); an optional one at most
+/// one unless all_matches. Returns the phases that matched nothing.
+fn unmatched_in(name: &str, real: &[&str]) -> Vec<String> {
+    let p = load(name);
+    let mut missing = Vec::new();
+    for ph in p.phases.iter().filter(|ph| ph.object.is_none()) {
+        let Some(pattern) = ph.symbol.as_deref() else {
+            continue;
+        };
+        let hits: Vec<&&str> = real
+            .iter()
+            .filter(|n| wprof::resolve::matcher::names(pattern, n).unwrap())
+            .collect();
+        assert!(
+            hits.len() <= 1 || ph.all_matches,
+            "{name}: phase {} ({pattern}) matches {hits:?}",
+            ph.name
+        );
+        if hits.is_empty() {
+            assert!(
+                ph.optional,
+                "{name}: required phase {} ({pattern}) matches nothing",
+                ph.name
+            );
+            missing.push(ph.name.clone());
+        }
+    }
+    missing
+}
+
+#[test]
+fn pg_trickle_profile_matches_the_released_names_and_older_layouts() {
+    // pg_trickle v0.20.0's .symtab (legacy Rust mangling), as ../shared/facts.md lists it.
+    let released = [
+        "refresh_stream_table_wrapper",
+        "pg_trickle::refresh::execute_differential_refresh",
+        "pg_trickle::refresh::execute_full_refresh",
+        "pg_trickle::refresh::build_merge_sql",
+        "pg_trickle::refresh::cleanup_change_buffers_by_frontier",
+        "pg_trickle::refresh::drain_pending_cleanups::{{closure}}",
+        "pg_trickle::dvm::generate_delta_query",
+        "pg_trickle::dvm::generate_delta_query_cached",
+        "pg_trickle::cdc::count_pending_changes",
+    ];
+    // determine_refresh_action is inlined in release builds: it has no symbol.
+    assert_eq!(unmatched_in("pg-trickle", &released), ["determine_action"]);
+    // The module layout of earlier releases (refresh::merge, refresh::codegen) still matches.
+    let older = [
+        "pg_trickle::refresh::merge::execute_differential_refresh",
+        "pg_trickle::refresh::codegen::build_merge_sql",
+        "pg_trickle::refresh::codegen::cleanup_change_buffers_by_frontier",
+        "pg_trickle::refresh::orchestrator::determine_refresh_action",
+    ];
+    let missing = unmatched_in("pg-trickle", &older);
+    for found in [
+        "differential",
+        "build_merge_sql",
+        "cleanup_by_frontier",
+        "determine_action",
+    ] {
+        assert!(!missing.iter().any(|m| m == found), "{found}: {missing:?}");
+    }
+}
+
+#[test]
+fn tsdb_profile_matches_the_real_storage_library() {
+    let p = load("tsdb");
+    // The real TSDB (vobbilis/mytsdb) exports its write path from this library; the fixture
+    // (tests/fixtures/tsdb) is built under the same name.
+    assert_eq!(p.object, "libtsdb_storage_impl.so");
+    let real = [
+        "tsdb::storage::StorageImpl::write",
+        "tsdb::storage::ShardedWAL::log",
+        "tsdb::storage::ShardedIndex::add_series",
+        "tsdb::storage::CacheHierarchy::put",
+        "tsdb::storage::Series::seal_block",
+        "tsdb::storage::BlockManager::seal_and_persist_block",
+        "tsdb::storage::Series::append",
+        "tsdb::storage::Series::Series",
+        "tsdb::storage::WriteAheadLog::log",
+        "tsdb::storage::AsyncWALShard::log",
+        "tsdb::storage::StorageImpl::write_to_block",
+    ];
+    assert!(unmatched_in("tsdb", &real).is_empty());
+}

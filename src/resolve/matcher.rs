@@ -197,6 +197,18 @@ pub fn find<'a>(
     }
 }
 
+/// Whether `pattern` names a function called `demangled` (demangled, without parameters or
+/// Rust hash), exactly or as a glob: the test of a profile against a program's symbol list
+/// without the program.
+pub fn names(pattern: &str, demangled: &str) -> Result<bool, MatchError> {
+    let p = Pattern::compile(pattern)?;
+    let n = SymbolName {
+        mangled: demangled.to_string(),
+        demangled: demangled.to_string(),
+    };
+    Ok(p.exact(&n) || p.glob(&n))
+}
+
 /// `demangled (mangled)`, or just the name when both are the same.
 pub fn describe(n: &SymbolName) -> String {
     if n.demangled == n.mangled {
