@@ -34,8 +34,14 @@ fn stat(out: &str, name: &str) -> std::collections::HashMap<String, f64> {
 }
 
 /// Runs db_bench untraced and under `wprof record --target rocksdb`; returns db_bench's
-/// stdout of each and the run's JSON.
-fn bench(dir: &Path, args: &[&str]) -> (String, String, serde_json::Value) {
+/// stdout of each and the run's JSON, or None where the test cannot run (see [`ready`]).
+fn bench(args: &[&str]) -> Option<(String, String, serde_json::Value)> {
+    if !ready() {
+        return None;
+    }
+    let _g = bpf_lock();
+    let tmp = tempdir();
+    let dir = tmp.path();
     let db = |name: &str| format!("--db={}", dir.join(name).display());
     let untraced = run(std::process::Command::new(DB_BENCH)
         .args(args)
@@ -51,7 +57,7 @@ fn bench(dir: &Path, args: &[&str]) -> (String, String, serde_json::Value) {
         .arg(db("traced")));
     assert!(traced.status.success(), "{}", text(&traced));
     let s = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
-    (s(&untraced), s(&traced), read_json(&json))
+    Some((s(&untraced), s(&traced), read_json(&json)))
 }
 
 fn ready() -> bool {
@@ -111,20 +117,14 @@ fn check_writes(what: &str, untraced: &str, traced: &str, run: &serde_json::Valu
 
 #[test]
 fn fillrandom_counts_every_write_and_its_background_flushes_exactly() {
-    if !ready() {
+    let Some((untraced, traced, run)) = bench(&[
+        "--benchmarks=fillrandom",
+        "--num=20000",
+        "--statistics=1",
+        "--write_buffer_size=1048576",
+    ]) else {
         return;
-    }
-    let _g = bpf_lock();
-    let dir = tempdir();
-    let (untraced, traced, run) = bench(
-        dir.path(),
-        &[
-            "--benchmarks=fillrandom",
-            "--num=20000",
-            "--statistics=1",
-            "--write_buffer_size=1048576",
-        ],
-    );
+    };
     check_writes("fillrandom", &untraced, &traced, &run);
     // Every write goes through the WAL and the memtable once.
     for path in [
@@ -155,16 +155,12 @@ fn fillrandom_counts_every_write_and_its_background_flushes_exactly() {
 
 #[test]
 fn fillsync_syncs_the_wal_once_per_write() {
-    if !ready() {
-        return;
-    }
-    let _g = bpf_lock();
-    let dir = tempdir();
     // fillsync writes --num keys, each synced.
-    let (untraced, traced, run) = bench(
-        dir.path(),
-        &["--benchmarks=fillsync", "--num=2000", "--statistics=1"],
-    );
+    let Some((untraced, traced, run)) =
+        bench(&["--benchmarks=fillsync", "--num=2000", "--statistics=1"])
+    else {
+        return;
+    };
     check_writes("fillsync", &untraced, &traced, &run);
     let synced = stat(&traced, "rocksdb.wal.synced")["COUNT"];
     let sync = node(&run, &["write_impl", "write_to_wal", "file_sync"]);

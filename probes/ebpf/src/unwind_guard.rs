@@ -46,37 +46,36 @@ const TRAMPOLINE_INT3: u8 = 0xcc;
 /// An unwinder entry: put back the original return address of every open uretprobe frame.
 #[uprobe(sleepable)]
 pub fn wprof_unwind(ctx: ProbeContext) -> u32 {
-    // SAFETY: `regs` is the pt_regs the kernel passed to this program.
-    let sp = unsafe { (*ctx.regs).rsp };
-    disarm(sp);
+    disarm(sp_of(&ctx));
     0
 }
 
 /// An unwinder entry (uprobe_multi link).
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_unwind(ctx: ProbeContext) -> u32 {
-    // SAFETY: as above.
-    let sp = unsafe { (*ctx.regs).rsp };
-    disarm(sp);
+    disarm(sp_of(&ctx));
     0
 }
 
 /// A catch: close the frames the unwind skipped, re-arm the live ones.
 #[uprobe(sleepable)]
 pub fn wprof_catch(ctx: ProbeContext) -> u32 {
-    // SAFETY: as above.
-    let sp = unsafe { (*ctx.regs).rsp };
-    rearm(sp);
+    rearm(sp_of(&ctx));
     0
 }
 
 /// A catch (uprobe_multi link).
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_catch(ctx: ProbeContext) -> u32 {
-    // SAFETY: as above.
-    let sp = unsafe { (*ctx.regs).rsp };
-    rearm(sp);
+    rearm(sp_of(&ctx));
     0
+}
+
+/// The stack pointer at the probed instruction.
+#[inline(always)]
+fn sp_of(ctx: &ProbeContext) -> u64 {
+    // SAFETY: `regs` is the pt_regs the kernel passed to this program.
+    unsafe { (*ctx.regs).rsp }
 }
 
 /// The thread's stack of open phases, if it has one and is traced.
