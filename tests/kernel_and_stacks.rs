@@ -105,8 +105,10 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
         "spinning flush_block off-CPU {flush_off:.3}"
     );
     let wal_off = share_off(&["write_record", "wal_sync"]);
+    // Mostly asleep; its probe hits and the fdatasync's own CPU time are on-CPU (0.893 seen
+    // once in a CI run on a busy host, 0.9+ usually), a spinning phase is under 0.10.
     assert!(
-        wal_off >= 0.90,
+        wal_off >= 0.85,
         "sleeping wal_sync off-CPU only {wal_off:.3}"
     );
     // Both views of off-CPU time agree: the tree's (per call) and the stacks' (per switch).
