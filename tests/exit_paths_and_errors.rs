@@ -536,3 +536,48 @@ fn output_paths_are_checked_before_attaching_and_written_without_following_symli
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_zombie_is_said_to_have_exited_and_a_function_probed_twice_is_warned_of() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    // The background `sleep 0.2` ends after the shell has become `sleep 5` (exec), which never
+    // reaps it: a zombie.
+    let mut parent = Command::new("sh")
+        .args(["-c", "sleep 0.2 & echo $!; exec sleep 5"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("sh");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(parent.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let zombie = line.trim().to_string();
+    std::thread::sleep(Duration::from_millis(700));
+    expect_error(
+        wprof().args(["attach", "--target", "fixture", "--pid", &zombie]),
+        1,
+        &["has exited", "zombie"],
+    );
+    let _ = parent.kill();
+    let _ = parent.wait();
+    let dir = tempdir();
+    let p = write_profile(
+        dir.path(),
+        "name = \"x\"\nobject = \"exe\"\n[[phase]]\nname = \"a\"\nsymbol = \"wal_sync\"\n\
+         [[phase]]\nname = \"b\"\nsymbol = \"wal_s*\"\n",
+    );
+    let o = run(wprof()
+        .args(["probes", "--target", &p, "--binary"])
+        .arg(fixture("writepath")));
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("phase 'b' probes wal_sync, which phase 'a' probes too"),
+        "{}",
+        text(&o)
+    );
+}

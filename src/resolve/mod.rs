@@ -242,7 +242,33 @@ fn resolve_profile_with(
     }
     let objects: Vec<Rc<symbols::ObjectSymbols>> = parsed.into_values().flatten().collect();
     warn_inlined(&mut out, &objects);
+    warn_shared_functions(&mut out);
     Ok(out)
+}
+
+/// Warns on a phase that probes a function an earlier phase probes too: both entries fire on
+/// one call, the second opens a frame at the first's stack pointer, and the tree shows the
+/// second phase's calls as abandoned. One function should be one phase.
+fn warn_shared_functions(phases: &mut [ResolvedPhase]) {
+    for i in 1..phases.len() {
+        let (earlier, rest) = phases.split_at_mut(i);
+        let p = &mut rest[0];
+        let shared = p.targets.iter().find_map(|t| {
+            earlier.iter().find_map(|q| {
+                q.targets
+                    .iter()
+                    .any(|u| u.object == t.object && u.address == t.address)
+                    .then(|| (q.phase.name.clone(), t.demangled.clone()))
+            })
+        });
+        if let Some((other, function)) = shared {
+            p.warnings.push(format!(
+                "phase '{}' probes {function}, which phase '{other}' probes too: both fire on \
+                 each call and the second's calls show as abandoned; keep one phase per function",
+                p.phase.name
+            ));
+        }
+    }
 }
 
 /// How many holders of inlined copies a warning names.

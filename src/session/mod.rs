@@ -54,10 +54,18 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
             .into());
         }
         if !process_alive(pid) {
-            return Err(WprofError::NoProcess(format!(
-                "no process with pid {pid} (check `ps -p {pid}`; wprof attaches to running processes)"
-            ))
-            .into());
+            let why = if std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                format!(
+                    "process {pid} has exited (a zombie its parent has not reaped yet): there is \
+                     nothing left to trace"
+                )
+            } else {
+                format!(
+                    "no process with pid {pid} (check `ps -p {pid}`; wprof attaches to running \
+                     processes)"
+                )
+            };
+            return Err(WprofError::NoProcess(why).into());
         }
     }
     let scope = Scope::Pids(a.pid.clone());
