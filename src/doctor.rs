@@ -239,8 +239,7 @@ fn unwind_guard(can_load: bool) -> Check {
     if !can_load {
         return skipped(NAME);
     }
-    let opts = TracerOptions::MINIMAL;
-    match Tracer::load(opts).and_then(|mut t| t.load_unwind_guard()) {
+    match Tracer::unwind_guard_loads() {
         Ok(()) => check(
             NAME,
             Verdict::Ok,

@@ -32,7 +32,6 @@ const GO_STOP_THE_WORLD: &str = "runtime.stopTheWorldWithSema";
 const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 
 pub use capabilities::{check_capabilities, missing_capabilities};
-pub use unwind_guard::GuardSummary;
 
 use crate::error::WprofError;
 use crate::profile::{Capture, StringArg};

@@ -5,18 +5,18 @@
 //! the session then falls back to RET-site probes.
 
 use anyhow::{Context, Result};
+use aya::programs::UProbe;
+
+use super::{point, scopes, verified, Tracer, TracerOptions};
+use crate::resolve::ResolvedSymbol;
 
 /// The kernel's lockdown mode when it is not `none` (/sys/kernel/security/lockdown marks the
 /// active one in brackets; securityfs is not always mounted).
-pub fn lockdown() -> Option<String> {
+fn lockdown() -> Option<String> {
     let text = std::fs::read_to_string("/sys/kernel/security/lockdown").ok()?;
     let mode = text.split('[').nth(1)?.split(']').next()?.to_string();
     (mode != "none").then_some(mode)
 }
-use aya::programs::UProbe;
-
-use super::{point, scopes, verified, Tracer};
-use crate::resolve::ResolvedSymbol;
 
 /// The guard's two programs for one attach mechanism.
 struct GuardPrograms {
@@ -34,16 +34,12 @@ const MULTI: GuardPrograms = GuardPrograms {
     catch: "wprof_m_catch",
 };
 
-/// What the guard attached to.
-#[derive(Debug, Clone, Default)]
-pub struct GuardSummary {
-    /// Unwinder entry points (per object, not per pid).
-    pub unwind_points: usize,
-    /// Catch points.
-    pub catch_points: usize,
-}
-
 impl Tracer {
+    /// Whether this host loads the unwind guard (`doctor`, dry runs): a minimal tracer tries.
+    pub fn unwind_guard_loads() -> Result<()> {
+        Tracer::load(TracerOptions::MINIMAL)?.load_unwind_guard()
+    }
+
     fn guard_programs(&self) -> GuardPrograms {
         if self.uses_multi_links() {
             MULTI
@@ -91,10 +87,9 @@ impl Tracer {
         catch: &[ResolvedSymbol],
         pids: &[u32],
         every_process: bool,
-    ) -> Result<GuardSummary> {
+    ) -> Result<()> {
         self.load_unwind_guard()?;
         let progs = self.guard_programs();
-        let mut summary = GuardSummary::default();
         for (name, targets) in [(progs.unwind, unwind), (progs.catch, catch)] {
             for (scope, pid) in scopes(pids, every_process)? {
                 for t in targets {
@@ -108,14 +103,9 @@ impl Tracer {
                         })?;
                 }
             }
-            if name == progs.unwind {
-                summary.unwind_points += targets.len();
-            } else {
-                summary.catch_points += targets.len();
-            }
         }
         self.guarded = true;
-        Ok(summary)
+        Ok(())
     }
 
     /// Whether the unwind guard is live (guarded uretprobes may be attached).

@@ -101,11 +101,26 @@ pub struct Guard {
     points: GuardPoints,
 }
 
-/// Phases that want the guard: resolved or still waiting for their library.
+/// Whether a phase wants the guard (resolved or still waiting for its library).
+fn wants_guard(p: &ResolvedPhase) -> bool {
+    p.return_mode == ReturnMode::Guarded && p.kernel.is_none()
+}
+
 fn guarded(phases: &[ResolvedPhase]) -> impl Iterator<Item = &ResolvedPhase> {
-    phases
-        .iter()
-        .filter(|p| p.return_mode == ReturnMode::Guarded && p.kernel.is_none())
+    phases.iter().filter(|p| wants_guard(p))
+}
+
+/// The objects of the guarded phases, each once, after `first`: where a statically linked
+/// unwinder or Rust's catch may sit.
+fn guard_objects(first: &[&str], phases: &[ResolvedPhase]) -> Vec<String> {
+    let mut objects: Vec<String> = first.iter().map(|s| s.to_string()).collect();
+    for t in guarded(phases).flat_map(|p| &p.targets) {
+        let o = t.object.display().to_string();
+        if !objects.contains(&o) {
+            objects.push(o);
+        }
+    }
+    objects
 }
 
 /// Resolves and loads the guard when a phase is guarded; otherwise, or when that fails, the
@@ -113,15 +128,7 @@ fn guarded(phases: &[ResolvedPhase]) -> impl Iterator<Item = &ResolvedPhase> {
 /// measures the return modes the phases end up with.
 pub fn prepare(tracer: &mut Tracer, phases: &mut [ResolvedPhase], scope: &Scope) -> Option<Guard> {
     guarded(phases).next()?;
-    let mut objects: Vec<String> = RUNTIME_OBJECTS.iter().map(|s| s.to_string()).collect();
-    for p in guarded(phases) {
-        for t in &p.targets {
-            let o = t.object.display().to_string();
-            if !objects.contains(&o) {
-                objects.push(o);
-            }
-        }
-    }
+    let objects = guard_objects(&RUNTIME_OBJECTS, phases);
     let mut points = GuardPoints::default();
     let ready = points
         .add(&objects, scope)
@@ -143,8 +150,7 @@ pub fn check_loadable(phases: &mut [ResolvedPhase]) {
     if guarded(phases).next().is_none() {
         return;
     }
-    let opts = crate::attach::TracerOptions::MINIMAL;
-    if let Err(e) = Tracer::load(opts).and_then(|mut t| t.load_unwind_guard()) {
+    if let Err(e) = Tracer::unwind_guard_loads() {
         fall_back(phases, &format!("{e:#}"));
     }
 }
@@ -153,8 +159,7 @@ impl Guard {
     /// Attaches the guard to `pids` (every process mapping its objects with `every_process`):
     /// before the phases' probes go live.
     pub fn attach(&self, tracer: &mut Tracer, pids: &[u32], every_process: bool) -> Result<()> {
-        tracer.guard_unwinding(&self.points.unwind, &self.points.catch, pids, every_process)?;
-        Ok(())
+        tracer.guard_unwinding(&self.points.unwind, &self.points.catch, pids, every_process)
     }
 }
 
@@ -177,16 +182,11 @@ pub fn guard_late(
         );
         return;
     }
-    let objects: Vec<String> = guarded(phases)
-        .flat_map(|p| &p.targets)
-        .map(|t| t.object.display().to_string())
-        .collect();
+    let objects = guard_objects(&[], phases);
     let mut points = GuardPoints::default();
-    let attached = points.add(&objects, scope).and_then(|()| {
-        tracer
-            .guard_unwinding(&points.unwind, &points.catch, pids, every_process)
-            .map(|_| ())
-    });
+    let attached = points
+        .add(&objects, scope)
+        .and_then(|()| tracer.guard_unwinding(&points.unwind, &points.catch, pids, every_process));
     if let Err(e) = attached {
         fall_back(phases, &format!("{e:#}"));
     }
@@ -196,10 +196,7 @@ pub fn guard_late(
 /// tail-call JMP) cannot be closed that way and is left unattached, with the reason.
 fn fall_back(phases: &mut [ResolvedPhase], why: &str) {
     let mut names = Vec::new();
-    for p in phases
-        .iter_mut()
-        .filter(|p| p.return_mode == ReturnMode::Guarded && p.kernel.is_none())
-    {
+    for p in phases.iter_mut().filter(|p| wants_guard(p)) {
         p.return_mode = ReturnMode::RetSites;
         names.push(p.phase.name.clone());
         if let Some(t) = p.targets.iter().find(|t| t.exits.is_empty()) {

@@ -170,10 +170,7 @@ fn write_one(run: &Run, text: &str, path: &Path, kind: Kind) -> Result<()> {
 /// an existing regular file keeps its permissions, a new one gets 0644.
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = dir_of(path);
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let tmp = dir.join(format!(
         ".{}.wprof-{}.tmp",
@@ -222,10 +219,7 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
         if p.is_dir() {
             return Err(usage(format!("output {} is a directory", p.display())));
         }
-        let dir = match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d,
-            _ => Path::new("."),
-        };
+        let dir = dir_of(p);
         writable_dir(dir).map_err(|why| usage(format!("cannot write {}: {why}", p.display())))?;
     }
     if let Some(dir) = &out.out {
@@ -252,10 +246,7 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
                     .map_err(|why| usage(format!("cannot write into {}: {why}", dir.display())))?;
             }
             Err(_) => {
-                let parent = match dir.parent() {
-                    Some(d) if !d.as_os_str().is_empty() => d,
-                    _ => Path::new("."),
-                };
+                let parent = dir_of(dir);
                 if parent.exists() {
                     writable_dir(parent)
                         .map_err(|why| usage(format!("cannot create {}: {why}", dir.display())))?;
@@ -264,6 +255,14 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The directory `path` is created in (`.` for a bare file name).
+fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
 }
 
 /// Why `dir` is no directory this process can create files in, if it is not.
