@@ -76,6 +76,32 @@ impl ReturnMode {
     }
 }
 
+/// How a phase's time is measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Measure {
+    /// Probed, unless `--max-overhead` moves it to sampling to keep within the budget (never
+    /// a phase that is a root of the tree).
+    #[default]
+    Auto,
+    /// Always probed: exact counts and per-call latencies.
+    Probe,
+    /// Never probed: its share of its probed parent's on-CPU time from CPU samples whose
+    /// user stack holds the function (no count, no per-call latency).
+    Sample,
+}
+
+impl Measure {
+    /// The spelling used in profiles and outputs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Measure::Auto => "auto",
+            Measure::Probe => "probe",
+            Measure::Sample => "sample",
+        }
+    }
+}
+
 /// One phase of a profile.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -112,6 +138,9 @@ pub struct Phase {
     /// Group the calls by a string argument (`{ arg = 0 }`, `{ arg = 0, type = "str" }`):
     /// one node, with its own subtree, per distinct text, literals folded.
     pub group_by: Option<GroupBy>,
+    /// Probed, sampled, or probed unless a budget moves it (`measure = "auto"`).
+    #[serde(default)]
+    pub measure: Measure,
 }
 
 /// A string argument a phase groups its calls by (`group_by`).
@@ -296,6 +325,22 @@ impl Profile {
                     "phase '{}' needs exactly one of symbol, syscall or tracepoint",
                     p.name
                 ));
+            }
+            if p.measure == Measure::Sample {
+                let per_call = [
+                    (p.symbol.is_none(), "a symbol phase"),
+                    (p.arg.is_some(), "no arg"),
+                    (p.unit.is_some(), "no unit"),
+                    (p.group_by.is_some(), "no group_by"),
+                    (p.under.is_some(), "no under"),
+                ];
+                if let Some((_, what)) = per_call.iter().find(|(bad, _)| *bad) {
+                    return err(format!(
+                        "phase '{}': measure = \"sample\" needs {what} (a sampled phase has \
+                         no calls of its own: only its share of its probed parent's CPU time)",
+                        p.name
+                    ));
+                }
             }
             if let Some(u) = &p.under {
                 if !self.phases.iter().any(|q| &q.name == u) {

@@ -11,6 +11,7 @@
 
 mod calls;
 mod histogram;
+pub mod sampled;
 pub mod split;
 pub mod stacks;
 mod tree;

@@ -212,6 +212,9 @@ pub struct TreeNode {
     pub off_cpu_ns: Option<u64>,
     /// The same calls with the probes' time taken out (runs with known probe costs).
     pub corrected: Option<Corrected>,
+    /// A sampled phase (`measure = "sample"`): what the CPU samples found. Its `count` is 0
+    /// and its times are estimates (share of the parent's on-CPU time).
+    pub sampled: Option<super::sampled::SampledShare>,
     /// Child nodes, largest total first.
     pub children: Vec<TreeNode>,
 }
@@ -248,6 +251,7 @@ impl TreeNode {
             open: 0,
             off_cpu_ns: None,
             corrected: None,
+            sampled: None,
             children: Vec::new(),
         }
     }

@@ -10,6 +10,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
+use crate::aggregate::sampled::SampledShare;
 use crate::aggregate::{
     new_histogram, CallRow, CallTable, Corrected, LatencyHistogram, PhaseTree, SpanLog, SpanRecord,
     SplitTrees, TreeNode, Units,
@@ -661,7 +662,21 @@ struct NodeJ {
     histogram: HistJ,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     corrected: Option<CorrectedJ>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    sampled: Option<SampledJ>,
     children: Vec<NodeJ>,
+}
+
+/// What CPU sampling found for a sampled phase (docs/json.md, "sampled").
+#[derive(Serialize, Deserialize)]
+struct SampledJ {
+    samples: u64,
+    parent_samples: u64,
+    /// Derived (samples / parent_samples); ignored on reading.
+    #[serde(default)]
+    share: f64,
+    share_low: f64,
+    share_high: f64,
 }
 
 /// A node's calls with the probes' time taken out (docs/json.md, "corrected").
@@ -941,6 +956,13 @@ impl From<&TreeNode> for NodeJ {
                 derived: DerivedJ::of(n.count, c.total_ns, &c.hist),
                 histogram: HistJ::of(&c.hist),
             }),
+            sampled: n.sampled.map(|s| SampledJ {
+                samples: s.samples,
+                parent_samples: s.parent_samples,
+                share: s.share(),
+                share_low: s.share_low,
+                share_high: s.share_high,
+            }),
             children: n.children.iter().map(NodeJ::from).collect(),
         }
     }
@@ -987,6 +1009,12 @@ impl NodeJ {
             open: self.open,
             off_cpu_ns: self.off_cpu_ns,
             corrected,
+            sampled: self.sampled.map(|s| SampledShare {
+                samples: s.samples,
+                parent_samples: s.parent_samples,
+                share_low: s.share_low,
+                share_high: s.share_high,
+            }),
             units: self.units.map(|u| Units {
                 name: u.name,
                 total: u.total,
