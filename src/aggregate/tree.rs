@@ -1,7 +1,7 @@
 //! Building the phase tree from node definitions and spans.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 
 use nohash_hasher::NoHashHasher;
@@ -525,6 +525,15 @@ impl Aggregator {
         }
         parts.reverse();
         parts
+    }
+
+    /// The tree's shape so far by phase: (parent phase, phase) for every node, None for a
+    /// root (which phases `--max-overhead` may move to sampling: leaves, not roots).
+    pub fn phase_edges(&self) -> HashSet<(Option<u32>, u32)> {
+        self.defs
+            .values()
+            .map(|d| (self.defs.get(&d.parent).map(|p| p.phase), d.phase))
+            .collect()
     }
 
     /// Events added so far.

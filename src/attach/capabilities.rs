@@ -8,12 +8,7 @@ const CAP_BPF: u32 = 39;
 
 /// The effective capability set of this process, from /proc/self/status.
 fn effective_caps() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))?
-        .trim();
-    u64::from_str_radix(hex, 16).ok()
+    crate::privilege::Credentials::own().map(|c| c.cap_effective)
 }
 
 /// The capabilities wprof needs that this process lacks (empty when it has them, or when its

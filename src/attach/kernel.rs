@@ -6,7 +6,6 @@
 
 use anyhow::{Context, Result};
 use aya::maps::{Array, HashMap};
-use aya::programs::perf_event::{PerfEventConfig, PerfEventScope, SamplePolicy, SoftwareEvent};
 use aya::programs::{PerfEvent, TracePoint, UProbe};
 use wprof_common::{config, TracepointRole, SYS_EXIT_BIT};
 
@@ -178,17 +177,9 @@ impl Tracer {
         if first {
             verified(CPU_SAMPLE_PROG, prog.load())?;
         }
-        for &cpu in &cpus {
-            prog.attach(
-                PerfEventConfig::Software(SoftwareEvent::CpuClock),
-                PerfEventScope::AllProcessesOneCpu { cpu },
-                SamplePolicy::Frequency(hz),
-                false,
-            )
-            .with_context(|| {
-                format!("open a cpu-clock perf event on CPU {cpu} (perf_event_paranoid?)")
-            })?;
-        }
+        use std::os::fd::{AsFd, AsRawFd};
+        let prog_fd = prog.fd()?.as_fd().as_raw_fd();
+        self.sampler = Some(super::sampler::JitteredSampler::start(&cpus, hz, prog_fd)?);
         Ok(cpus.len())
     }
 
@@ -212,7 +203,16 @@ impl Tracer {
     }
 
     /// Unloads the on-demand programs, which detaches their links.
+    /// Draws new CPU sampling periods (see `sampler`); call every few milliseconds.
+    pub fn jitter_sampling(&self) {
+        if let Some(s) = &self.sampler {
+            s.jitter();
+        }
+    }
+
     pub(super) fn unload_extra(&mut self) {
+        // Closing the perf events detaches the sampling program from them.
+        self.sampler = None;
         for name in std::mem::take(&mut self.extra) {
             let Some(p) = self.ebpf.program_mut(name) else {
                 continue;

@@ -7,6 +7,7 @@
 
 mod capabilities;
 mod kernel;
+mod sampler;
 mod unwind_guard;
 
 use std::num::NonZeroU32;
@@ -15,7 +16,7 @@ use anyhow::{Context, Result};
 use aya::{
     include_bytes_aligned,
     programs::{
-        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeScope},
+        uprobe::{UProbeAttachLocation, UProbeAttachPoint, UProbeLinkId, UProbeScope},
         UProbe,
     },
     Ebpf, EbpfLoader,
@@ -35,7 +36,7 @@ pub use capabilities::{check_capabilities, missing_capabilities};
 
 use crate::error::WprofError;
 use crate::profile::{Capture, StringArg};
-use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol, Status};
+use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol};
 
 /// The eBPF object built from probes/ebpf by build.rs.
 static BPF_OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wprof-ebpf"));
@@ -105,6 +106,13 @@ pub struct Tracer {
     guarded: bool,
     /// Names of the attached guarded phases by id, for what detaching says of them.
     phase_names: std::collections::HashMap<u32, String>,
+    /// Phases whose probes get links of their own, so they can come off alone
+    /// ([`Tracer::keep_phase_links`]).
+    movable: std::collections::HashSet<u32>,
+    /// The CPU sampling events (`--cpu-sample`), with their jittered periods.
+    sampler: Option<sampler::JitteredSampler>,
+    /// Their links by phase id: (program, link), entries and returns.
+    phase_links: std::collections::HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
 }
 
 /// One calibration function to probe (`probe_cost::calibrate`).
@@ -173,6 +181,9 @@ impl Tracer {
             kernel_aggregate: opts.kernel_aggregate,
             guarded: false,
             phase_names: std::collections::HashMap::new(),
+            movable: Default::default(),
+            sampler: None,
+            phase_links: Default::default(),
         };
         for name in progs.all() {
             verified(name, tracer.program(name)?.load())?;
@@ -206,17 +217,16 @@ impl Tracer {
         }
         self.set_phase_keys(phases)?;
         let mut summary = AttachSummary::default();
-        // (program, object) -> points, in phase order.
+        // (program, object, phase when it gets links of its own) -> points, in phase order.
         let mut plan: Vec<(
             &'static str,
             &ResolvedSymbol,
+            Option<u32>,
             Vec<UProbeAttachPoint<'static>>,
         )> = Vec::new();
         let mut stw_phase = None;
-        for rp in phases
-            .iter()
-            .filter(|p| matches!(p.status, Status::Resolved))
-        {
+        for rp in phases.iter().filter(|p| p.is_probed()) {
+            let own = self.movable.contains(&rp.id).then_some(rp.id);
             let uret = rp.return_mode.uses_uretprobe();
             if rp.return_mode == crate::profile::ReturnMode::Guarded {
                 self.phase_names.insert(rp.id, rp.phase.name.clone());
@@ -261,10 +271,10 @@ impl Tracer {
                 }
                 let mut push = |prog: &'static str, p: UProbeAttachPoint<'static>| match plan
                     .iter_mut()
-                    .find(|(g, o, _)| *g == prog && o.object == t.object)
+                    .find(|(g, o, ph, _)| *g == prog && o.object == t.object && *ph == own)
                 {
-                    Some((_, _, pts)) => pts.push(p),
-                    None => plan.push((prog, t, vec![p])),
+                    Some((_, _, _, pts)) => pts.push(p),
+                    None => plan.push((prog, t, own, vec![p])),
                 };
                 push(
                     self.progs.entry,
@@ -296,12 +306,15 @@ impl Tracer {
         // return, which is what it is; entries first would leave it an open frame that the
         // goroutine's or thread's next call at that depth counts as abandoned.
         let entry = self.progs.entry;
-        plan.sort_by_key(|(prog, _, _)| *prog == entry);
+        plan.sort_by_key(|(prog, _, _, _)| *prog == entry);
         let scopes = scopes(pids, every_process)?;
         for (scope, pid) in scopes {
-            for (prog, target, points) in &plan {
+            for (prog, target, own, points) in &plan {
                 let what = format!("{} probe points in {}", points.len(), target.display_object);
-                self.attach_points(prog, points.clone(), target, scope, pid, &what)?;
+                let link = self.attach_points(prog, points.clone(), target, scope, pid, &what)?;
+                if let Some(id) = own {
+                    self.phase_links.entry(*id).or_default().push((prog, link));
+                }
                 summary.points += points.len();
                 summary.links += if self.uses_multi_links() {
                     1
@@ -321,10 +334,10 @@ impl Tracer {
         scope: UProbeScope,
         pid: u32,
         what: &str,
-    ) -> Result<()> {
+    ) -> Result<UProbeLinkId> {
         let object = target.object.clone();
         match self.program(prog)?.attach(points, &object, scope) {
-            Ok(_) => Ok(()),
+            Ok(link) => Ok(link),
             Err(e) if !process_alive(pid) => Err(WprofError::NoProcess(format!(
                 "process {pid} exited while wprof was attaching {what}: {e}"
             ))
@@ -368,6 +381,36 @@ impl Tracer {
             }
         }
         Ok(())
+    }
+
+    /// Gives the probes of these phases links of their own (before [`Tracer::attach`]), so
+    /// [`Tracer::detach_phase`] can take them off while the others stay.
+    pub fn keep_phase_links(&mut self, ids: impl IntoIterator<Item = u32>) {
+        self.movable.extend(ids);
+    }
+
+    /// Takes one phase's probes off while the run goes on (its calls are then measured by
+    /// sampling). Entries first: after `settle` the calls in flight have returned through the
+    /// return probes, which come off last, so no open frame is left behind. Returns whether
+    /// the phase had links of its own.
+    pub fn detach_phase(&mut self, id: u32, settle: std::time::Duration) -> Result<bool> {
+        let Some(links) = self.phase_links.remove(&id) else {
+            return Ok(false);
+        };
+        let (entries, returns): (Vec<_>, Vec<_>) = links
+            .into_iter()
+            .partition(|(prog, _)| *prog == self.progs.entry);
+        for (i, group) in [entries, returns].into_iter().enumerate() {
+            if i == 1 {
+                std::thread::sleep(settle);
+            }
+            for (prog, link) in group {
+                self.program(prog)?
+                    .detach(link)
+                    .with_context(|| format!("detach the probes of phase {id}"))?;
+            }
+        }
+        Ok(true)
     }
 
     /// Zeroes the global counters (after calibration, whose own losses are not the run's).

@@ -212,6 +212,8 @@ enum Row {
         on_off: Option<[String; 2]>,
         /// Units of a `unit` phase and its time per unit, e.g. `20000 rows  1.52 µs/row`.
         units: Option<String>,
+        /// A sampled phase: what the samples found (its count is unknown).
+        sampled: Option<String>,
     },
     SelfTime {
         label: String,
@@ -247,12 +249,21 @@ impl Row {
                 raw_mean,
                 on_off,
                 units,
+                sampled,
             } => {
                 let name = if *is_root {
                     paint(label, BOLD, opts.color)
                 } else {
                     label.clone()
                 };
+                if let Some(text) = sampled {
+                    // No count: sampling sees time, not calls.
+                    return format!(
+                        "{name}{}  {per_root:>8}  {share:>6}  n={:<n_width$}  {text}",
+                        pad(label),
+                        "~"
+                    );
+                }
                 let mut s = format!(
                     "{name}{}  {per_root:>8}  {share:>6}  n={count:<n_width$}",
                     pad(label)
@@ -420,6 +431,7 @@ fn walk(
 ) {
     let shown = Shown::of(node, ctx.opts.raw);
     let probe = match shown.raw {
+        _ if node.sampled.is_some() => None,
         // Corrected: the share of the measured time that was the probes'.
         Some((_, share)) => Some(share).filter(|s| s.is_finite()),
         None if ctx.show_probe => ctx.probe_share(node),
@@ -444,7 +456,10 @@ fn walk(
     rows.push(Row::Node {
         label: format!("{label_prefix}{}", shown_name(node)),
         is_root: parent_total.is_none(),
-        per_root: per_root(shown.total_ns, root_calls),
+        per_root: match node.sampled {
+            Some(_) => format!("~{}", per_root(shown.total_ns, root_calls)),
+            None => per_root(shown.total_ns, root_calls),
+        },
         share: match parent_total {
             None => format_share(1.0),
             Some(p) => format_share(ratio(shown.total_ns, p)),
@@ -469,6 +484,16 @@ fn walk(
                 format_ns(shown.total_ns as f64 / u.total as f64)
             };
             format!("{} {}  {per}/{}", u.total, u.name, singular(&u.name))
+        }),
+        sampled: node.sampled.map(|s| {
+            format!(
+                "sampled: {} of {} samples, {:.1}% of the parent's on-CPU time [{:.1}-{:.1}%]",
+                s.samples,
+                s.parent_samples,
+                s.share() * 100.0,
+                s.share_low * 100.0,
+                s.share_high * 100.0
+            )
         }),
     });
     let (total_shown, self_shown) = (shown.total_ns, shown.self_ns);
@@ -556,8 +581,12 @@ fn calls(n: u64) -> String {
 /// Characters of a grouped node's string the tree shows (JSON has all of it).
 const KEY_SHOWN: usize = 48;
 
-/// A node's name in the tree: grouped nodes (`group_by`) with the start of their string.
+/// A node's name in the tree: grouped nodes (`group_by`) with the start of their string,
+/// sampled ones after a `~` (their times are estimates).
 fn shown_name(node: &TreeNode) -> String {
+    if node.sampled.is_some() {
+        return format!("~{}", node.name);
+    }
     match &node.key {
         Some(k) if k.chars().count() > KEY_SHOWN => {
             let cut: String = k.chars().take(KEY_SHOWN - 1).collect();

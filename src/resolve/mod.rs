@@ -161,6 +161,12 @@ impl ResolvedSymbol {
 }
 
 impl ResolvedPhase {
+    /// Whether its functions get probes: resolved, and not a sampled phase.
+    pub fn is_probed(&self) -> bool {
+        matches!(self.status, Status::Resolved)
+            && self.phase.measure != crate::profile::Measure::Sample
+    }
+
     /// Whether the phase is unresolved because its object was nowhere to be found (not
     /// mapped, not in any search directory): a library that may still be dlopen'ed.
     pub fn object_missing(&self) -> bool {

@@ -1,4 +1,5 @@
-//! `record`'s child: forked, held at a gate until the probes are live, then exec'd.
+//! `record`'s child: forked, held at a gate until the probes are live, then exec'd with the
+//! credentials its [`Launch`] says (the sudo user's, or no_new_privs; crate::privilege).
 //!
 //! std's `Command::spawn` waits for the exec to happen, so it cannot hold a child before
 //! exec while the parent attaches; this is the small fork/exec that can.
@@ -10,6 +11,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use crate::error::WprofError;
+use crate::privilege::command::Launch;
 
 /// A forked child waiting at the gate (a pipe) before exec.
 pub struct GatedChild {
@@ -47,8 +49,9 @@ fn is_executable(p: &Path) -> bool {
 }
 
 impl GatedChild {
-    /// Forks; the child blocks until [`GatedChild::release`], then execs `exe` with `argv`.
-    pub fn spawn(exe: &Path, argv: &[String]) -> Result<GatedChild> {
+    /// Forks; the child blocks until [`GatedChild::release`], then takes on the credentials
+    /// of `launch` and execs `exe` with `argv`.
+    pub fn spawn(exe: &Path, argv: &[String], launch: &Launch) -> Result<GatedChild> {
         let path =
             CString::new(exe.as_os_str().as_bytes()).context("command path has a NUL byte")?;
         let args: Vec<CString> = argv
@@ -58,14 +61,19 @@ impl GatedChild {
             .context("command argument has a NUL byte")?;
         let mut argp: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         argp.push(std::ptr::null());
+        let groups: Vec<libc::gid_t> = launch
+            .user
+            .as_ref()
+            .map(|u| u.groups.clone())
+            .unwrap_or_default();
         let mut fds = [0 as libc::c_int; 2];
         // SAFETY: fds is a valid 2-element array.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
             return Err(std::io::Error::last_os_error()).context("pipe for the record gate");
         }
         let (rd, wr) = (fds[0], fds[1]);
-        // SAFETY: the child only calls async-signal-safe functions (close, read, execv, write,
-        // _exit) on memory prepared before the fork.
+        // SAFETY: the child only calls async-signal-safe functions (close, read, setgroups,
+        // setgid, setuid, prctl, execv, write, _exit) on memory prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error()).context("fork the command");
@@ -78,6 +86,22 @@ impl GatedChild {
                 // Returns when the parent writes the go byte, or 0 when it closed the pipe
                 // without releasing (attach failed): then exit without running anything.
                 if libc::read(rd, (&raw mut b).cast(), 1) != 1 {
+                    libc::_exit(127);
+                }
+                // Groups first: after setuid the child may no longer change them.
+                if let Some(u) = &launch.user {
+                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                        || libc::setgid(u.gid) != 0
+                        || libc::setuid(u.uid) != 0
+                    {
+                        let msg = b"wprof: cannot switch the command to the sudo user\n";
+                        libc::write(2, msg.as_ptr().cast(), msg.len());
+                        libc::_exit(127);
+                    }
+                }
+                if launch.no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                    let msg = b"wprof: cannot set no_new_privs for the command\n";
+                    libc::write(2, msg.as_ptr().cast(), msg.len());
                     libc::_exit(127);
                 }
                 libc::execv(path.as_ptr(), argp.as_ptr());

@@ -4,9 +4,11 @@
 //! counts -> the [`Run`] -> outputs. The end conditions are Ctrl-C/SIGTERM, `--duration`, and
 //! the exit of the last traced process; each writes every output.
 
+mod budget;
 mod child;
 mod costs;
 mod guard;
+mod instances;
 mod late;
 mod outputs;
 mod overhead;
@@ -36,8 +38,9 @@ pub use outputs::{render_to, write_outputs, Kind as OutputKind};
 pub use trace_loop::{EndReason, Watch};
 
 /// `wprof attach`: trace running processes until an end condition; exit code 0.
-pub fn attach(a: AttachArgs) -> Result<i32> {
+pub fn attach(mut a: AttachArgs) -> Result<i32> {
     let profile = a.target.load()?;
+    sample_for_phases(&profile, &mut a.trace);
     split_phase(&profile, &a.trace)?;
     outputs::check_output_paths(&a.outputs)?;
     // First, so a missing capability is reported as such and not as a /proc permission error.
@@ -68,8 +71,10 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
             return Err(WprofError::NoProcess(why).into());
         }
     }
+    crate::privilege::check_may_trace(&a.pid)?;
     let scope = Scope::Pids(a.pid.clone());
     let mut phases = resolve_checked(&profile, scope.clone(), &a.trace)?;
+    instances::warn_other_tracers(&a.pid, &phases);
     let mut tracer = Tracer::load(tracer_options(&a.trace))?;
     let guard = guard::prepare(&mut tracer, &mut phases, &scope);
     let mut collector = Collector::new(&mut tracer)?;
@@ -84,6 +89,7 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
     if let Some(g) = &guard {
         g.attach(&mut tracer, &a.pid, a.follow_forks)?;
     }
+    movable_links(&mut tracer, &phases, &a.trace);
     let summary = tracer.attach(&phases, &a.pid, a.follow_forks)?;
     if a.follow_forks {
         processes::note_untraced_mappers(&phases, &a.pid);
@@ -149,20 +155,24 @@ pub fn attach(a: AttachArgs) -> Result<i32> {
 
 /// `wprof record`: start a command with probes live before its main runs, trace it to its
 /// exit; exit with its status.
-pub fn record(r: RecordArgs) -> Result<i32> {
+pub fn record(mut r: RecordArgs) -> Result<i32> {
     let profile = r.target.load()?;
+    sample_for_phases(&profile, &mut r.trace);
     split_phase(&profile, &r.trace)?;
     outputs::check_output_paths(&r.outputs)?;
     check_capabilities()?;
     let exe = child::find_executable(&r.command[0])?;
+    let launch = crate::privilege::command::launch_for(&exe, r.as_root)?;
     let scope = Scope::Binary(exe.clone());
     let mut phases = resolve_checked(&profile, scope.clone(), &r.trace)?;
     let mut tracer = Tracer::load(tracer_options(&r.trace))?;
     let guard = guard::prepare(&mut tracer, &mut phases, &scope);
     let mut collector = Collector::new(&mut tracer)?;
     let costs = calibrated(&mut tracer, &mut collector, &phases, &r.trace)?;
-    let mut child = GatedChild::spawn(&exe, &r.command)?;
+    let mut child = GatedChild::spawn(&exe, &r.command, &launch)?;
+    instances::warn_other_tracers(&[child.pid()], &phases);
     let attach_started = std::time::Instant::now();
+    movable_links(&mut tracer, &phases, &r.trace);
     let guarded = match &guard {
         Some(g) => g.attach(&mut tracer, &[child.pid()], false),
         None => Ok(()),
@@ -228,6 +238,52 @@ pub fn record(r: RecordArgs) -> Result<i32> {
     } else {
         status
     })
+}
+
+/// CPU samples a second per CPU that measure the sampled phases when the command line asks
+/// for no rate (`--cpu-sample`): ~0.5 ms between samples, so a phase taking 1% of a parent
+/// open one second gets ~20 samples.
+const SAMPLED_PHASES_HZ: u64 = 1999;
+
+/// Turns CPU sampling on when phases are measured by it: `measure = "sample"` phases, or
+/// `--max-overhead` with phases it may move there.
+fn sample_for_phases(profile: &Profile, t: &mut TraceArgs) {
+    use crate::profile::Measure;
+    if t.cpu_sample.is_some() {
+        return;
+    }
+    let sampled = profile.phases.iter().any(|p| p.measure == Measure::Sample);
+    let movable = t.max_overhead.is_some()
+        && profile
+            .phases
+            .iter()
+            .any(|p| p.measure == Measure::Auto && p.symbol.is_some());
+    if sampled || movable {
+        t.cpu_sample = Some(SAMPLED_PHASES_HZ);
+        if !t.quiet {
+            eprintln!(
+                "wprof: CPU sampling at {SAMPLED_PHASES_HZ} Hz for the phases measured by \
+                 sampling{} (--cpu-sample HZ sets the rate)",
+                if sampled {
+                    ""
+                } else {
+                    " (--max-overhead may move some there)"
+                }
+            );
+        }
+    }
+}
+
+/// With `--max-overhead`, gives the phases it may move to sampling links of their own.
+fn movable_links(tracer: &mut Tracer, phases: &[ResolvedPhase], t: &TraceArgs) {
+    if t.max_overhead.is_some() {
+        tracer.keep_phase_links(
+            phases
+                .iter()
+                .filter(|p| p.is_probed() && p.phase.measure == crate::profile::Measure::Auto)
+                .map(|p| p.id),
+        );
+    }
 }
 
 /// Test hook: `WPROF_TEST_PAUSE_BEFORE_ATTACH_MS` holds attach back so the tests can make a
@@ -353,6 +409,10 @@ struct Traced {
     cpu: Option<StackProfile>,
     off_cpu: Option<StackProfile>,
     labels: processes::ProcessLabels,
+    /// CPU samples counted for the sampled phases.
+    sampled: crate::aggregate::sampled::SampledCounts,
+    /// Phases `--max-overhead` moved to sampling.
+    moved: Vec<budget::Moved>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -406,6 +466,9 @@ fn run(
         late,
         auto,
         switched: false,
+        phases,
+        moved: Vec::new(),
+        started: std::time::Instant::now(),
         overhead: overhead::OverheadWatch::new(
             phases
                 .iter()
@@ -430,6 +493,7 @@ fn run(
     };
     let reason = trace_loop::run(&mut collector, &mut agg, sides, watch, !t.quiet)?;
     let in_kernel = in_kernel || hooks.switched;
+    let moved = std::mem::take(&mut hooks.moved);
     if hooks.switched {
         // Its rows stop at the switch: a partial table would read as the whole run.
         agg.drop_calls();
@@ -458,6 +522,21 @@ fn run(
     if in_kernel {
         crate::collect::kernel::finish_run(tracer, &mut agg, &mut end)?;
     }
+    let sampled_names: Vec<String> = phases
+        .iter()
+        .filter(|p| matches!(p.status, Status::Resolved) && !p.is_probed())
+        .map(|p| p.phase.name.clone())
+        .chain(moved.iter().map(|m| names[m.id as usize].clone()))
+        .collect();
+    let sampled = stack_sink
+        .sampled_counts(
+            tracer,
+            &agg,
+            names,
+            &stacks::SampledFns::of(phases),
+            &sampled_names,
+        )
+        .context("count the samples of the sampled phases")?;
     let (cpu, off_cpu) = stack_sink
         .finish(tracer, &agg, names, &end, t.cpu_sample, t.off_cpu)
         .context("name the sampled stacks")?;
@@ -470,6 +549,8 @@ fn run(
         cpu,
         off_cpu,
         labels,
+        sampled,
+        moved,
     })
 }
 
@@ -481,6 +562,12 @@ struct RunHooks<'a> {
     auto: AutoSwitch,
     /// Whether `--aggregate auto` switched to the kernel.
     switched: bool,
+    /// The run's phases.
+    phases: &'a [ResolvedPhase],
+    /// Phases `--max-overhead` moved to sampling, in order.
+    moved: Vec<budget::Moved>,
+    /// When tracing began.
+    started: std::time::Instant,
 }
 
 /// Calls a second above which `--aggregate auto` aggregates in the kernel: per event, wprof
@@ -510,7 +597,89 @@ fn auto_switch(t: &TraceArgs, out: &crate::args::OutputArgs) -> AutoSwitch {
     }
 }
 
+/// How long a phase moved to sampling keeps its return probes after its entry probes came
+/// off: the calls in flight return meanwhile (the phases that move are short ones).
+const MOVE_SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
+
 impl RunHooks<'_> {
+    /// The probes went over `--max-overhead` (`pct` of the traced processes' CPU time): moves
+    /// the costliest leaves to sampling, or ends the run when none may move.
+    fn over_budget(&mut self, pct: f64, agg: &Aggregator) -> Option<EndReason> {
+        let budget = self.overhead.budget()?;
+        let edges = agg.phase_edges();
+        let moved = &self.moved;
+        let is_root = |id: u32| edges.contains(&(None, id));
+        let has_child = |id: u32| {
+            edges
+                .iter()
+                .any(|(p, c)| *p == Some(id) && !moved.iter().any(|m| m.id == *c))
+        };
+        let loads: Vec<budget::PhaseLoad> = self
+            .phases
+            .iter()
+            .filter(|p| p.is_probed() && !moved.iter().any(|m| m.id == p.id))
+            .map(|p| budget::PhaseLoad {
+                id: p.id,
+                name: p.phase.name.clone(),
+                calls_per_s: self
+                    .overhead
+                    .phase_calls_per_s
+                    .get(p.id as usize)
+                    .copied()
+                    .unwrap_or(0.0),
+                pair_ns: self.overhead.pair_ns(p.id),
+                movable: p.phase.measure == crate::profile::Measure::Auto
+                    && !is_root(p.id)
+                    && !has_child(p.id),
+            })
+            .collect();
+        let cpu = self.overhead.cpu_ns_per_s;
+        let plan = budget::plan(&loads, cpu, budget);
+        let mut said = Vec::new();
+        for id in &plan.moves {
+            let load = loads.iter().find(|l| l.id == *id)?;
+            match self.tracer.detach_phase(*id, MOVE_SETTLE) {
+                Ok(true) => {
+                    said.push(format!(
+                        "{} ({:.0} calls/s, {:.1}%)",
+                        load.name,
+                        load.calls_per_s,
+                        load.cost_ns_per_s() / cpu.max(1.0) * 100.0
+                    ));
+                    self.moved.push(budget::Moved {
+                        id: *id,
+                        after_s: self.started.elapsed().as_secs_f64(),
+                        calls_per_s: load.calls_per_s,
+                    });
+                }
+                Ok(false) => {}
+                Err(e) => eprintln!("wprof: warning: {e:#}"),
+            }
+        }
+        let head = format!(
+            "probes took {pct:.1}% of the traced processes' CPU time over the last second, \
+             above --max-overhead {budget}%"
+        );
+        if said.is_empty() {
+            eprintln!(
+                "wprof: {head}, and no phase may move to sampling (roots, parents and \
+                 measure = \"probe\" phases stay probed): detached"
+            );
+            return Some(EndReason::OverheadBudget);
+        }
+        eprintln!(
+            "wprof: {head}: moved to CPU sampling: {}; {:.1}% expected from now on{}",
+            said.join(", "),
+            plan.projected_pct,
+            if plan.fits {
+                ""
+            } else {
+                " (still over: the next second decides)"
+            }
+        );
+        None
+    }
+
     /// `--aggregate auto`: switches once the last second's call rate passes the threshold.
     fn maybe_switch(&mut self) {
         let rate = self.overhead.calls_per_s;
@@ -544,12 +713,11 @@ impl trace_loop::Hooks for RunHooks<'_> {
         }
     }
 
-    fn tick(&mut self) -> Option<EndReason> {
+    fn tick(&mut self, agg: &Aggregator) -> Option<EndReason> {
+        self.tracer.jitter_sampling();
         let over = self.overhead.tick(self.tracer);
         self.maybe_switch();
-        let over = over?;
-        eprintln!("wprof: {over}");
-        Some(EndReason::OverheadBudget)
+        self.over_budget(over?, agg)
     }
 }
 
@@ -565,6 +733,30 @@ fn unit_specs(profile: &Profile) -> Vec<Option<UnitSpec>> {
             })
         })
         .collect()
+}
+
+/// Puts the sampled phases into the tree under their probed parents, and says which found no
+/// probed parent.
+fn graft_sampled(
+    tree: &mut crate::aggregate::PhaseTree,
+    counts: &crate::aggregate::sampled::SampledCounts,
+    phases: &[ResolvedPhase],
+) {
+    if counts.is_empty() {
+        return;
+    }
+    let phase_of = |name: &str| {
+        phases
+            .iter()
+            .find(|p| p.phase.name == name)
+            .map(|p| (p.id, p.phase.role.clone()))
+    };
+    for path in crate::aggregate::sampled::graft(tree, counts, &phase_of) {
+        eprintln!(
+            "wprof: warning: CPU samples of sampled phases under '{path}', which has no node in \
+             the tree, were left out"
+        );
+    }
 }
 
 fn build_run(
@@ -583,6 +775,8 @@ fn build_run(
         cpu,
         off_cpu,
         labels,
+        sampled,
+        moved,
     } = traced;
     let end = &end;
     use wprof_common::counter;
@@ -608,6 +802,7 @@ fn build_run(
         RunCosts::error_per_hit_ns(&errors, &hits_by_phase) * factor
     });
     costs::state_errors(&mut tree, error_per_hit);
+    graft_sampled(&mut tree, &sampled, phases);
     if let Some(s) = &mut split {
         costs::state_errors(&mut s.with, error_per_hit);
         costs::state_errors(&mut s.without, error_per_hit);
@@ -689,10 +884,14 @@ fn build_run(
                 .unwrap_or_default(),
             entry_offset: first.map_or(0, |t| t.entry_offset),
             exit_sites: rp.targets.iter().map(|t| t.exits.len() as u32).sum(),
-            status: if attached {
-                "attached".into()
-            } else {
-                status_text(&rp.status)
+            status: match moved.iter().find(|m| m.id == rp.id) {
+                Some(m) => format!(
+                    "moved to sampling after {:.1} s ({:.0} calls/s, --max-overhead)",
+                    m.after_s, m.calls_per_s
+                ),
+                None if attached && !rp.is_probed() => "sampled".into(),
+                None if attached => "attached".into(),
+                None => status_text(&rp.status),
             },
             entries: pc.entries,
             returns: pc.returns,

@@ -1,7 +1,8 @@
 //! The probes' overhead while a run goes on: after its first second wprof says what the
 //! probes cost the traced processes (hits per second × the calibrated cost of a hit, as a
-//! share of their CPU time), and with `--max-overhead` it detaches once that share goes over
-//! the budget, so a probe on a hot function never stalls a production server for long.
+//! share of their CPU time), and with `--max-overhead` says when that share goes over the
+//! budget: the session then moves phases to sampling (`budget`), or detaches when none may
+//! move, so a probe on a hot function never stalls a production server for long.
 
 use std::time::{Duration, Instant};
 
@@ -31,6 +32,10 @@ pub(super) struct OverheadWatch {
     pub peak_pct: f64,
     /// Completed calls a second over the last measured second (returns of every phase).
     pub calls_per_s: f64,
+    /// The same per phase id.
+    pub phase_calls_per_s: Vec<f64>,
+    /// The traced processes' CPU time over the last measured second, ns a second.
+    pub cpu_ns_per_s: f64,
 }
 
 impl OverheadWatch {
@@ -48,12 +53,24 @@ impl OverheadWatch {
             quiet,
             peak_pct: 0.0,
             calls_per_s: 0.0,
+            phase_calls_per_s: vec![0.0; n],
+            cpu_ns_per_s: 0.0,
         }
     }
 
-    /// Measures the last second's overhead when a second has passed; Some(message) when it
-    /// went over the budget (the run must end).
-    pub fn tick(&mut self, tracer: &mut Tracer) -> Option<String> {
+    /// The `--max-overhead` budget, %.
+    pub fn budget(&self) -> Option<f64> {
+        self.budget_pct
+    }
+
+    /// What one call of phase `id` costs in probe time, ns.
+    pub fn pair_ns(&self, id: u32) -> f64 {
+        self.hit_ns.get(id as usize).map_or(0.0, |h| h * 2.0)
+    }
+
+    /// Measures the last second's overhead when a second has passed; Some(share, %) when it
+    /// went over the budget.
+    pub fn tick(&mut self, tracer: &mut Tracer) -> Option<f64> {
         let secs = self.last.elapsed().as_secs_f64();
         if secs < EVERY.as_secs_f64() {
             return None;
@@ -73,8 +90,14 @@ impl OverheadWatch {
             .map(|(h, l)| h.saturating_sub(*l))
             .sum();
         let used = cpu.saturating_sub(self.last_cpu_ns) as f64;
+        self.cpu_ns_per_s = used / secs;
         // Hits are entries + returns: two per call.
         self.calls_per_s = new_hits as f64 / 2.0 / secs;
+        self.phase_calls_per_s = hits
+            .iter()
+            .zip(&self.last_hits)
+            .map(|(h, l)| h.saturating_sub(*l) as f64 / 2.0 / secs)
+            .collect();
         self.last_hits = hits;
         self.last_cpu_ns = cpu;
         self.seconds += 1;
@@ -100,13 +123,7 @@ impl OverheadWatch {
                 }
             );
         }
-        match self.budget_pct {
-            Some(b) if pct > b => Some(format!(
-                "probes took {pct:.1}% of the traced processes' CPU time over the last second, \
-                 above --max-overhead {b}%: detached"
-            )),
-            _ => None,
-        }
+        self.budget_pct.filter(|b| pct > *b).map(|_| pct)
     }
 }
 

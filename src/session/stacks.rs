@@ -10,12 +10,17 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 use wprof_common::{counter, MAX_PENDING_RETURNS};
 
+use crate::aggregate::sampled::SampledCounts;
 use crate::aggregate::stacks::{fold, profile, FrameNamer, StackAggregator, UPROBE_HANDLING};
 use crate::aggregate::Aggregator;
 use crate::attach::Tracer;
 use crate::collect::{read_stacks, EndState};
 use crate::model::StackProfile;
+use crate::profile::Measure;
+use crate::resolve::ResolvedPhase;
+use crate::symbolize::maps::MappingKind;
 use crate::symbolize::{restore_uretprobe_returns, MapsCache, StackSymbolizer};
+use std::borrow::Cow;
 
 /// How often the mappings of traced processes are read again.
 const MAPS_REFRESH: Duration = Duration::from_secs(1);
@@ -155,6 +160,112 @@ impl StackSink {
             profile("ns", None, &self.agg.off_cpu, lost, folded)
         });
         Ok((cpu, off))
+    }
+}
+
+/// Where the functions of the phases that may be measured by sampling lie: by the inode of
+/// their object and their range of file offsets.
+#[derive(Debug, Default)]
+pub struct SampledFns {
+    /// (inode, first file offset, one past the last, phase name).
+    fns: Vec<(u64, u64, u64, String)>,
+}
+
+impl SampledFns {
+    /// The functions of `phases` that are sampled or may be moved to sampling.
+    pub fn of(phases: &[ResolvedPhase]) -> SampledFns {
+        use std::os::unix::fs::MetadataExt;
+        let fns = phases
+            .iter()
+            .filter(|p| p.phase.measure != Measure::Probe && p.kernel.is_none())
+            .flat_map(|p| p.targets.iter().map(move |t| (p, t)))
+            .filter_map(|(p, t)| {
+                let inode = std::fs::metadata(&t.object).ok()?.ino();
+                let start = t.start_file_offset();
+                Some((inode, start, start + t.size.max(1), p.phase.name.clone()))
+            })
+            .collect();
+        SampledFns { fns }
+    }
+
+    /// Whether no function may be sampled.
+    pub fn is_empty(&self) -> bool {
+        self.fns.is_empty()
+    }
+
+    fn phase_at(&self, inode: u64, offset: u64) -> Option<&str> {
+        self.fns
+            .iter()
+            .find(|(i, s, e, _)| *i == inode && *s <= offset && offset < *e)
+            .map(|(.., name)| name.as_str())
+    }
+}
+
+impl StackSink {
+    /// The CPU samples counted for the sampled phases: `sampled` are the phases measured by
+    /// sampling (a sample's path may end in one moved there during the run).
+    pub fn sampled_counts(
+        &mut self,
+        tracer: &mut Tracer,
+        tree: &Aggregator,
+        names: &[String],
+        fns: &SampledFns,
+        sampled: &[String],
+    ) -> Result<SampledCounts> {
+        let mut counts = SampledCounts::default();
+        if fns.is_empty() || sampled.is_empty() {
+            return Ok(counts);
+        }
+        let ids: Vec<u32> = self
+            .agg
+            .cpu
+            .weights
+            .keys()
+            .map(|k| k.user_stack)
+            .filter_map(|id| u32::try_from(id).ok())
+            .collect();
+        let stacks = read_stacks(tracer, ids)?;
+        let is_sampled = |n: &str| sampled.iter().any(|s| s == n);
+        for (key, &weight) in &self.agg.cpu.weights {
+            let path: Vec<String> = tree
+                .path_of(key.node, names)
+                .into_iter()
+                .map(Cow::into_owned)
+                .collect();
+            let mut chain: Vec<String> = Vec::new();
+            let user = u32::try_from(key.user_stack)
+                .ok()
+                .and_then(|id| stacks.get(&id));
+            if let (Some(user), Some(maps)) = (
+                user.filter(|u| !u.is_empty()),
+                user.and_then(|u| u.first())
+                    .and_then(|&a| self.maps.covering(key.pid, a)),
+            ) {
+                let mut user = user.clone();
+                let pending = &key.pending[..key.npending as usize];
+                restore_uretprobe_returns(
+                    &mut user,
+                    maps,
+                    pending,
+                    pending.len() < MAX_PENDING_RETURNS,
+                );
+                // Outermost first; a return address points past its call, so look one byte back.
+                for (i, &addr) in user.iter().enumerate().rev() {
+                    let pc = if i == 0 { addr } else { addr.saturating_sub(1) };
+                    let Some(m) = maps.lookup(pc) else { continue };
+                    let MappingKind::File { inode, .. } = m.kind else {
+                        continue;
+                    };
+                    if let Some(name) = fns.phase_at(inode, m.file_offset(pc)) {
+                        if is_sampled(name) && !chain.iter().any(|c| c == name) {
+                            chain.push(name.to_string());
+                        }
+                    }
+                }
+            }
+            counts.add(&path, &chain, weight, &is_sampled);
+        }
+        Ok(counts)
     }
 }
 

@@ -132,8 +132,8 @@ pub struct Sides<'a> {
 pub trait Hooks {
     /// A traced process's loader changed its objects (pid, CLOCK_MONOTONIC ns): late attach.
     fn maps_changed(&mut self, pid: u32, at_ns: u64);
-    /// Called after every drain; Some(reason) ends the run.
-    fn tick(&mut self) -> Option<EndReason>;
+    /// Called after every drain with the tree so far; Some(reason) ends the run.
+    fn tick(&mut self, agg: &Aggregator) -> Option<EndReason>;
 }
 
 /// Reads events into `agg` until `watch` says the run is over.
@@ -172,7 +172,7 @@ pub fn run(
         if let Some(s) = snapshots.as_deref_mut() {
             s.tick(agg)?;
         }
-        if let Some(r) = watch.check().or_else(|| hooks.tick()) {
+        if let Some(r) = watch.check().or_else(|| hooks.tick(agg)) {
             break r;
         }
         if progress && last_progress.elapsed() >= Duration::from_secs(1) {
