@@ -277,7 +277,7 @@ impl Profile {
         }
         let looks_like_path = target.contains('/') || target.ends_with(".toml");
         if looks_like_path || Path::new(target).exists() {
-            let text = std::fs::read_to_string(target)
+            let text = crate::privilege::read_to_string(Path::new(target))
                 .map_err(|e| WprofError::Profile(format!("cannot read profile {target}: {e}")))?;
             return Profile::parse(&text, target);
         }

@@ -244,7 +244,10 @@ mod tests {
     fn wilson_interval_brackets_the_share_and_stays_in_bounds() {
         let (lo, hi) = wilson(20, 100);
         assert!(lo < 0.2 && hi > 0.2, "{lo} {hi}");
-        assert!((lo - 0.133).abs() < 0.005 && (hi - 0.289).abs() < 0.005, "{lo} {hi}");
+        assert!(
+            (lo - 0.133).abs() < 0.005 && (hi - 0.289).abs() < 0.005,
+            "{lo} {hi}"
+        );
         assert_eq!(wilson(0, 100).0, 0.0);
         assert!(wilson(100, 100).1 > 0.999_999);
         assert_eq!(wilson(0, 0), (0.0, 1.0));

@@ -113,7 +113,7 @@ fn too_deep(text: &str, max: usize) -> Option<usize> {
 /// Reads a RUN.json file for report, compare and check: a missing, unreadable or malformed
 /// file is a usage error (exit 2) naming the file, on one line.
 pub fn read_run_file(path: &std::path::Path) -> Result<Run> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = crate::privilege::read_to_string(path).map_err(|e| {
         crate::error::WprofError::Usage(format!("cannot read {}: {e}", path.display()))
     })?;
     from_json(&text).map_err(|e| {
