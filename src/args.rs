@@ -313,6 +313,12 @@ pub struct RecordArgs {
     /// Outputs.
     #[command(flatten)]
     pub outputs: OutputArgs,
+    /// Run the command as root even when wprof was started through sudo. Without it, wprof
+    /// run as root with SUDO_UID and SUDO_GID set runs the command as that user and group,
+    /// with the user's supplementary groups, as the command would have run without sudo
+    /// (docs/security.md).
+    #[arg(long)]
+    pub as_root: bool,
     /// The command and its arguments (after `--`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -566,6 +572,14 @@ mod tests {
         };
         assert_eq!(r.command, ["prog", "--flag"]);
         assert_eq!(r.trace.ring_size, 8 << 20);
+        assert!(!r.as_root);
+        let cli =
+            Cli::try_parse_from(["wprof", "record", "-t", "fixture", "--as-root", "--", "id"])
+                .unwrap();
+        let Command::Record(r) = cli.command else {
+            panic!("not record")
+        };
+        assert!(r.as_root);
     }
 
     #[test]

@@ -14,7 +14,8 @@ pub enum WprofError {
     /// A required phase did not resolve (exit 4).
     #[error("{0}")]
     Unresolved(String),
-    /// The host cannot trace: missing capability, no BPF (exit 1, with the fix in the text).
+    /// The host cannot trace (missing capability, no BPF), or wprof may not trace this process
+    /// or program for its user (crate::privilege) (exit 1, with the fix in the text).
     #[error("{0}")]
     Permission(String),
     /// A traced process does not exist or went away before attach finished (exit 1).

@@ -105,6 +105,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -s q -l quiet -d 'Do
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu -d 'Track the time traced threads spend off the CPU, per phase, and where they block (sched:sched_switch)'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l per-pid -d 'Also keep one tree per process (JSON `processes`) and print those instead of the merged tree'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l no-calibrate -d 'Skip measuring the probes\' cost on this host before attaching: times are then not corrected, and the cost figures are the fixed estimates'
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l as-root -d 'Run the command as root even when wprof was started through sudo. Without it, wprof run as root with SUDO_UID and SUDO_GID set runs the command as that user and group, with the user\'s supplementary groups, as the command would have run without sudo (docs/security.md)'
 complete -c wprof -n "__fish_wprof_using_subcommand record" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s t -l target -d 'A built-in profile name (see `wprof targets`) or a path to a profile TOML' -r
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s p -l pid -d 'Resolve against a running process' -r

@@ -554,7 +554,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
             a.confidence
         )));
     }
-    let text = std::fs::read_to_string(&a.hypotheses)
+    let text = crate::privilege::read_to_string(&a.hypotheses)
         .map_err(|e| usage(format!("cannot read {}: {e}", a.hypotheses.display())))?;
     let hyps = hypothesis::parse_file(&text, &a.hypotheses.display().to_string())?;
     let run = crate::render::read_run_file(&a.run)?;
