@@ -10,7 +10,8 @@ APT_PACKAGES=(curl ca-certificates build-essential g++ pkg-config bpftrace bpfto
               libprotobuf-dev protobuf-compiler libzstd-dev libpq-dev    # the PAX fixture
               qemu-system-x86 busybox-static                              # vagrant/kernel-matrix.sh
               clang libclang-dev postgresql-server-dev-15                 # the pgrx fixture (bindgen)
-              librocksdb-dev rocksdb-tools)                              # RocksDB 7.8 and db_bench, a real C++ target
+              librocksdb-dev rocksdb-tools                               # RocksDB 7.8 and db_bench, a real C++ target
+              libcap2-bin)                                               # setcap: tests/privilege.rs
 
 log() { printf '[install %s] %s\n' "$(date +%T)" "$*" >&2; }
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo

@@ -112,7 +112,7 @@ fn uprobe_link_matches(fdinfo: &str, pids: &[u32], objects: &[String]) -> bool {
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
             .map(str::trim)
     };
-    if !field("link_type").is_some_and(|t| t.ends_with("uprobe_multi")) {
+    if !matches!(field("link_type"), Some("uprobe_multi" | "uretprobe_multi")) {
         return false;
     }
     match field("pid").and_then(|p| p.parse::<u32>().ok()) {
