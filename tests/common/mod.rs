@@ -15,9 +15,13 @@ pub use attach_run::Attach;
 #[allow(unused_imports)] // not every test binary uses the fixture helpers
 pub use fixture_run::*;
 
-/// The wprof binary under test.
+/// The wprof binary under test. Without the caller's SUDO_UID/SUDO_GID: under `sudo cargo
+/// test` (or `sudo ./scripts/test.sh`) `record` would otherwise run every traced command as
+/// the sudo user (tests/privilege.rs sets them where it means to).
 pub fn wprof() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_wprof"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_wprof"));
+    c.env_remove("SUDO_UID").env_remove("SUDO_GID");
+    c
 }
 
 /// Builds tests/fixtures into a directory shared by the tests (once per test binary).
