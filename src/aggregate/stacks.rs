@@ -130,6 +130,14 @@ pub trait FrameNamer {
     fn kernel_frames(&mut self, stack: &[u64]) -> Vec<String>;
 }
 
+/// Whether a sample's kernel frames (named) are the kernel handling a uprobe: the probes'
+/// time, not the program's.
+pub fn in_uprobe_handling(kernel_frames: &[String]) -> bool {
+    kernel_frames
+        .iter()
+        .any(|f| UPROBE_KERNEL_FRAMES.contains(&f.as_str()))
+}
+
 /// Folds one kind of stacks into a profile: each line is the phase path (or
 /// [`OUTSIDE_PHASES`]), then the user frames, then the kernel frames. `stacks` maps stack ids
 /// to addresses; `path_of` gives a node's phase names from the root.
@@ -159,10 +167,7 @@ pub fn fold<'n>(
             }
         };
         let kernel = namer.kernel_frames(lookup(key.kernel_stack));
-        if kernel
-            .iter()
-            .any(|f| UPROBE_KERNEL_FRAMES.contains(&f.as_str()))
-        {
+        if in_uprobe_handling(&kernel) {
             frames.push(UPROBE_HANDLING.to_string());
         } else {
             let user = lookup(key.user_stack);

@@ -496,8 +496,14 @@ impl Tracer {
         if self.detached {
             return;
         }
-        // The uretprobes first: from then on the kernel arms no new frame with its trampoline,
-        // while the unwind guard (unloaded last) still protects the frames it armed.
+        // Without the unwind guard, stop first: entries that fire while the uretprobes come
+        // off would open calls whose returns are never seen (abandoned, thousands a second on
+        // a hot phase); stopped, a call in flight is left open at the end instead.
+        if !self.guarded {
+            let _ = self.set_config(wprof_common::config::STOPPED, 1);
+        }
+        // With it, the uretprobes first: from then on the kernel arms no new frame with its
+        // trampoline, while the guard (unloaded last) still protects the frames it armed.
         let uretprobe = self.progs.uretprobe;
         if let Ok(p) = self.program(uretprobe) {
             let _ = p.unload();

@@ -38,6 +38,9 @@ pub struct Moved {
     pub after_s: f64,
     /// Its calls a second when it moved.
     pub calls_per_s: f64,
+    /// Returns its return probes saw between its entry probes coming off and theirs: calls
+    /// that began after the entry probe was gone, not lost frames (left out of the counts).
+    pub unmatched_while_moving: u64,
 }
 
 /// What the plan decided.

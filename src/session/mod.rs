@@ -528,17 +528,17 @@ fn run(
         .map(|p| p.phase.name.clone())
         .chain(moved.iter().map(|m| names[m.id as usize].clone()))
         .collect();
-    let sampled = stack_sink
-        .sampled_counts(
+    let fns = stacks::SampledFns::of(phases);
+    let (cpu, off_cpu, sampled) = stack_sink
+        .finish(
             tracer,
             &agg,
             names,
-            &stacks::SampledFns::of(phases),
-            &sampled_names,
+            &end,
+            t.cpu_sample,
+            t.off_cpu,
+            (&fns, &sampled_names),
         )
-        .context("count the samples of the sampled phases")?;
-    let (cpu, off_cpu) = stack_sink
-        .finish(tracer, &agg, names, &end, t.cpu_sample, t.off_cpu)
         .context("name the sampled stacks")?;
     Ok(Traced {
         at_end,
@@ -638,8 +638,10 @@ impl RunHooks<'_> {
         let mut said = Vec::new();
         for id in &plan.moves {
             let load = loads.iter().find(|l| l.id == *id)?;
+            let unmatched_before = overhead::unmatched_returns(self.tracer, *id);
             match self.tracer.detach_phase(*id, MOVE_SETTLE) {
                 Ok(true) => {
+                    let unmatched = overhead::unmatched_returns(self.tracer, *id);
                     said.push(format!(
                         "{} ({:.0} calls/s, {:.1}%)",
                         load.name,
@@ -650,6 +652,7 @@ impl RunHooks<'_> {
                         id: *id,
                         after_s: self.started.elapsed().as_secs_f64(),
                         calls_per_s: load.calls_per_s,
+                        unmatched_while_moving: unmatched.saturating_sub(unmatched_before),
                     });
                 }
                 Ok(false) => {}
@@ -895,7 +898,13 @@ fn build_run(
             },
             entries: pc.entries,
             returns: pc.returns,
-            unmatched_returns: pc.unmatched_returns,
+            unmatched_returns: pc.unmatched_returns.saturating_sub(
+                moved
+                    .iter()
+                    .filter(|m| m.id == rp.id)
+                    .map(|m| m.unmatched_while_moving)
+                    .sum(),
+            ),
             overflow: pc.overflow,
             outside_under: pc.outside_under,
             probe_pair_ns: pair,
@@ -907,7 +916,9 @@ fn build_run(
         lost_spans: end.counter(counter::LOST_SPANS),
         lost_node_defs: end.counter(counter::LOST_NODE_DEFS),
         orphan_spans: tree.orphan_spans,
-        unmatched_returns: end.counter(counter::UNMATCHED_RETURNS),
+        unmatched_returns: end
+            .counter(counter::UNMATCHED_RETURNS)
+            .saturating_sub(moved.iter().map(|m| m.unmatched_while_moving).sum()),
         abandoned: end.nodes.abandoned.values().sum(),
         open_at_end: end.nodes.open.values().sum(),
         overflow: end.counter(counter::OVERFLOW),

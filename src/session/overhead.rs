@@ -127,6 +127,20 @@ impl OverheadWatch {
     }
 }
 
+/// Returns of phase `id` so far that matched no open call.
+pub(super) fn unmatched_returns(tracer: &mut Tracer, id: u32) -> u64 {
+    let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {
+        return 0;
+    };
+    let Ok(counters) = PerCpuArray::<_, PhaseCounters>::try_from(map) else {
+        return 0;
+    };
+    counters
+        .get(&id, 0)
+        .map(|v| v.iter().map(|c| c.unmatched_returns).sum())
+        .unwrap_or(0)
+}
+
 /// Entry + return hits per phase id so far.
 fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
     let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {

@@ -11,7 +11,9 @@ use anyhow::Result;
 use wprof_common::{counter, MAX_PENDING_RETURNS};
 
 use crate::aggregate::sampled::SampledCounts;
-use crate::aggregate::stacks::{fold, profile, FrameNamer, StackAggregator, UPROBE_HANDLING};
+use crate::aggregate::stacks::{
+    fold, in_uprobe_handling, profile, FrameNamer, StackAggregator, StackCounts, UPROBE_HANDLING,
+};
 use crate::aggregate::Aggregator;
 use crate::attach::Tracer;
 use crate::collect::{read_stacks, EndState};
@@ -21,6 +23,7 @@ use crate::resolve::ResolvedPhase;
 use crate::symbolize::maps::MappingKind;
 use crate::symbolize::{restore_uretprobe_returns, MapsCache, StackSymbolizer};
 use std::borrow::Cow;
+use std::collections::HashMap;
 
 /// How often the mappings of traced processes are read again.
 const MAPS_REFRESH: Duration = Duration::from_secs(1);
@@ -140,7 +143,8 @@ impl StackSink {
         end: &EndState,
         cpu_hz: Option<u64>,
         off_cpu: bool,
-    ) -> Result<(Option<StackProfile>, Option<StackProfile>)> {
+        sampled: (&SampledFns, &[String]),
+    ) -> Result<(Option<StackProfile>, Option<StackProfile>, SampledCounts)> {
         self.after_drain();
         let stacks = read_stacks(tracer, self.agg.stack_ids())?;
         let mut namer = Namer {
@@ -149,6 +153,15 @@ impl StackSink {
             bpf_symbols: self.bpf_symbols,
         };
         let path_of = |node| tree.path_of(node, names);
+        let owned_path = |node| path_of(node).into_iter().map(Cow::into_owned).collect();
+        let counts = count_sampled(
+            &self.agg.cpu,
+            &stacks,
+            owned_path,
+            &mut namer,
+            sampled.0,
+            sampled.1,
+        );
         let cpu = cpu_hz.map(|hz| {
             let folded = fold(&self.agg.cpu, &stacks, path_of, &mut namer);
             let lost = end.counter(counter::LOST_CPU_SAMPLES);
@@ -159,7 +172,7 @@ impl StackSink {
             let lost = end.counter(counter::LOST_OFF_CPU);
             profile("ns", None, &self.agg.off_cpu, lost, folded)
         });
-        Ok((cpu, off))
+        Ok((cpu, off, counts))
     }
 }
 
@@ -201,72 +214,66 @@ impl SampledFns {
     }
 }
 
-impl StackSink {
-    /// The CPU samples counted for the sampled phases: `sampled` are the phases measured by
-    /// sampling (a sample's path may end in one moved there during the run).
-    pub fn sampled_counts(
-        &mut self,
-        tracer: &mut Tracer,
-        tree: &Aggregator,
-        names: &[String],
-        fns: &SampledFns,
-        sampled: &[String],
-    ) -> Result<SampledCounts> {
-        let mut counts = SampledCounts::default();
-        if fns.is_empty() || sampled.is_empty() {
-            return Ok(counts);
+/// The CPU samples counted for the sampled phases: `sampled` are the phases measured by
+/// sampling (a sample's path may end in one moved there during the run). Samples taken while
+/// the kernel handled a probe are left out of every share: that time is the probes'.
+fn count_sampled(
+    counts: &StackCounts,
+    stacks: &HashMap<u32, Vec<u64>>,
+    path_of: impl Fn(u64) -> Vec<String>,
+    namer: &mut Namer,
+    fns: &SampledFns,
+    sampled: &[String],
+) -> SampledCounts {
+    let mut out = SampledCounts::default();
+    if fns.is_empty() || sampled.is_empty() {
+        return out;
+    }
+    let is_sampled = |n: &str| sampled.iter().any(|s| s == n);
+    let lookup = |id: i32| {
+        u32::try_from(id)
+            .ok()
+            .and_then(|id| stacks.get(&id))
+            .map(Vec::as_slice)
+            .unwrap_or(&[])
+    };
+    for (key, &weight) in &counts.weights {
+        if in_uprobe_handling(&namer.kernel_frames(lookup(key.kernel_stack))) {
+            continue;
         }
-        let ids: Vec<u32> = self
-            .agg
-            .cpu
-            .weights
-            .keys()
-            .map(|k| k.user_stack)
-            .filter_map(|id| u32::try_from(id).ok())
-            .collect();
-        let stacks = read_stacks(tracer, ids)?;
-        let is_sampled = |n: &str| sampled.iter().any(|s| s == n);
-        for (key, &weight) in &self.agg.cpu.weights {
-            let path: Vec<String> = tree
-                .path_of(key.node, names)
-                .into_iter()
-                .map(Cow::into_owned)
-                .collect();
-            let mut chain: Vec<String> = Vec::new();
-            let user = u32::try_from(key.user_stack)
-                .ok()
-                .and_then(|id| stacks.get(&id));
-            if let (Some(user), Some(maps)) = (
-                user.filter(|u| !u.is_empty()),
-                user.and_then(|u| u.first())
-                    .and_then(|&a| self.maps.covering(key.pid, a)),
-            ) {
-                let mut user = user.clone();
-                let pending = &key.pending[..key.npending as usize];
-                restore_uretprobe_returns(
-                    &mut user,
-                    maps,
-                    pending,
-                    pending.len() < MAX_PENDING_RETURNS,
-                );
-                // Outermost first; a return address points past its call, so look one byte back.
-                for (i, &addr) in user.iter().enumerate().rev() {
-                    let pc = if i == 0 { addr } else { addr.saturating_sub(1) };
-                    let Some(m) = maps.lookup(pc) else { continue };
-                    let MappingKind::File { inode, .. } = m.kind else {
-                        continue;
-                    };
-                    if let Some(name) = fns.phase_at(inode, m.file_offset(pc)) {
-                        if is_sampled(name) && !chain.iter().any(|c| c == name) {
-                            chain.push(name.to_string());
-                        }
-                    }
+        let user = lookup(key.user_stack);
+        let Some(maps) = user.first().and_then(|&a| namer.maps.covering(key.pid, a)) else {
+            out.add(&path_of(key.node), &[], weight, &is_sampled);
+            continue;
+        };
+        if maps.is_trampoline(user[0]) {
+            continue;
+        }
+        let mut user = user.to_vec();
+        let pending = &key.pending[..key.npending as usize];
+        restore_uretprobe_returns(
+            &mut user,
+            maps,
+            pending,
+            pending.len() < MAX_PENDING_RETURNS,
+        );
+        let mut chain: Vec<String> = Vec::new();
+        // Outermost first; a return address points past its call, so look one byte back.
+        for (i, &addr) in user.iter().enumerate().rev() {
+            let pc = if i == 0 { addr } else { addr.saturating_sub(1) };
+            let Some(m) = maps.lookup(pc) else { continue };
+            let MappingKind::File { inode, .. } = m.kind else {
+                continue;
+            };
+            if let Some(name) = fns.phase_at(inode, m.file_offset(pc)) {
+                if is_sampled(name) && !chain.iter().any(|c| c == name) {
+                    chain.push(name.to_string());
                 }
             }
-            counts.add(&path, &chain, weight, &is_sampled);
         }
-        Ok(counts)
+        out.add(&path_of(key.node), &chain, weight, &is_sampled);
     }
+    out
 }
 
 /// Names frames from the mapping snapshots with blazesym.
