@@ -92,7 +92,8 @@ fn all_output(o: &Output) -> String {
     )
 }
 
-/// A setuid-root program that reads a root-only secret and passes it to `handle_secret`,
+/// A setuid-root program that reads a root-only secret and passes it to `handle_secret` (ten
+/// times, then once a millisecond for as many ms as its argument says),
 /// and a profile grouping that function's calls by its string argument (its object named
 /// by path, so that it also resolves when a shell runs the program).
 fn setuid_reader(w: &CapWprof) -> (PathBuf, PathBuf) {
@@ -103,16 +104,20 @@ fn setuid_reader(w: &CapWprof) -> (PathBuf, PathBuf) {
     cc(
         &format!(
             r#"#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 __attribute__((noinline)) void handle_secret(const char *s) {{ __asm__ volatile("" :: "r"(s) : "memory"); }}
-int main(void) {{
+int main(int argc, char **argv) {{
   char buf[64] = {{0}};
+  int ms = argc > 1 ? atoi(argv[1]) : 0;
   FILE *f = fopen("{}", "r");
   if (!f) {{ perror("open secret"); return 1; }}
   if (!fgets(buf, sizeof buf, f)) return 1;
   fclose(f);
   buf[strcspn(buf, "\n")] = 0;
   for (int i = 0; i < 10; i++) handle_secret(buf);
+  for (int i = 0; i < ms; i++) {{ handle_secret(buf); usleep(1000); }}
   return 0;
 }}
 "#,
@@ -405,4 +410,64 @@ fn a_second_wprof_on_one_target_warns_naming_the_first() {
         "{}",
         text(&second)
     );
+}
+
+#[test]
+fn setcap_wprof_stops_without_output_when_a_traced_process_execs_a_setuid_program() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    if !can_run() {
+        return;
+    }
+    let _g = bpf_lock();
+    let w = CapWprof::new("cap_bpf,cap_perfmon+ep");
+    let (prog, profile) = setuid_reader(&w);
+    let out = w.path("out");
+    std::fs::create_dir(&out).unwrap();
+    chmod(&out, 0o777);
+    let json = out.join("run.json");
+    // nobody's shell: traceable until it execs the setuid program (on a line on its stdin).
+    let script = format!("read go; exec {} 3000", prog.display());
+    let mut target = nobody()
+        .args(["sh", "-c", &script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the target");
+    let mut tracer = nobody()
+        .arg(&w.exe)
+        .args(["attach", "--no-calibrate", "--target"])
+        .arg(&profile)
+        .args(["--pid", &target.id().to_string(), "--json"])
+        .arg(&json)
+        .current_dir(w.dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start wprof");
+    let mut err = BufReader::new(tracer.stderr.take().unwrap());
+    let mut seen = String::new();
+    while !seen.contains("wprof: attached") {
+        if err.read_line(&mut seen).unwrap() == 0 {
+            let _ = target.kill();
+            panic!("wprof ended before attaching:\n{seen}");
+        }
+    }
+    target.stdin.as_mut().unwrap().write_all(b"go\n").unwrap();
+    err.read_to_string(&mut seen).unwrap();
+    let mut stdout = String::new();
+    tracer
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let status = tracer.wait().unwrap();
+    let _ = target.kill();
+    let _ = target.wait();
+    let all = format!("{stdout}{seen}");
+    assert!(!all.contains("TOPSECRET"), "secret leaked: {all}");
+    assert_eq!(status.code(), Some(1), "{all}");
+    assert!(all.contains("changed credentials"), "{all}");
+    assert!(!json.exists(), "no output may be written: {all}");
 }

@@ -1,9 +1,10 @@
 //! Acting for the real user. A wprof given privileges its user lacks (the README's
 //! `setcap cap_bpf,cap_perfmon+ep`, or a setuid install) must not lend them out: it traces
-//! only processes that user may ptrace ([`check_may_trace`]), runs `record`'s command so that
-//! it cannot gain privilege ([`command`]), and reads profiles and runs with that user's
-//! permissions ([`read_to_string`]). Run as root, wprof acts for root, except that `record`
-//! started through sudo runs its command as the sudo user ([`command::launch_for`]).
+//! only processes that user may ptrace ([`check_may_trace`] at attach, [`CredentialWatch`]
+//! during the run), runs `record`'s command so that it cannot gain privilege ([`command`]),
+//! and reads profiles and runs with that user's permissions ([`read_to_string`]). Run as
+//! root, wprof acts for root, except that `record` started through sudo runs its command as
+//! the sudo user ([`command::launch_for`]).
 //!
 //! In: this process's credentials and /proc. Out: refusals ([`WprofError::Permission`],
 //! exit 1) naming the process or file and why, and how `record`'s child is to be exec'd.
@@ -94,33 +95,74 @@ pub fn elevated_real_user() -> Option<RealUser> {
 
 /// Refuses the processes the real user may not ptrace, when wprof acts for that user
 /// ([`elevated_real_user`]); with no elevation, the kernel's own checks apply. Checked at
-/// attach: `--follow-forks` children inherit their parent's credentials (a later setuid exec
-/// in a traced process is not seen; docs/security.md).
+/// attach, and during the run by [`CredentialWatch`].
 pub fn check_may_trace(pids: &[u32]) -> Result<(), WprofError> {
     let Some(user) = elevated_real_user() else {
         return Ok(());
     };
-    for &pid in pids {
-        // A pid that is gone is reported as such by the caller.
-        let Some(creds) = Credentials::of_pid(pid) else {
-            continue;
+    match first_untraceable(&user, pids) {
+        None => Ok(()),
+        Some((pid, why)) => Err(WprofError::Permission(format!(
+            "wprof may not trace pid {pid}: {why}. wprof runs with capabilities its user \
+             (uid {}) does not have, so it traces only the processes that user may ptrace \
+             (same real, effective and saved uid and gid, dumpable, no capabilities); run \
+             wprof as root (sudo) to trace other processes",
+            user.uid
+        ))),
+    }
+}
+
+/// The check of [`check_may_trace`] again while a run goes on: a traced process that execs a
+/// setuid or file-capability program keeps its pid, and the kernel leaves uprobes filtered by
+/// pid in place, so wprof itself must notice the change.
+pub struct CredentialWatch {
+    user: Option<RealUser>,
+}
+
+impl CredentialWatch {
+    /// A watch for this process's real user (a no-op when wprof acts for no one but itself).
+    pub fn new() -> CredentialWatch {
+        CredentialWatch {
+            user: elevated_real_user(),
+        }
+    }
+
+    /// Fails when one of `pids` (the traced processes, and those forked from them) may no
+    /// longer be traced for the real user: the run must end without writing what it saw.
+    pub fn check(&self, pids: &[u32]) -> Result<(), WprofError> {
+        let Some(user) = &self.user else {
+            return Ok(());
         };
+        match first_untraceable(user, pids) {
+            None => Ok(()),
+            Some((pid, why)) => Err(WprofError::Permission(format!(
+                "traced pid {pid} changed credentials (a setuid or file-capability program?): \
+                 {why}. wprof runs with capabilities its user (uid {}) does not have and may \
+                 not show that process's data: it stopped and wrote no output",
+                user.uid
+            ))),
+        }
+    }
+}
+
+impl Default for CredentialWatch {
+    fn default() -> CredentialWatch {
+        CredentialWatch::new()
+    }
+}
+
+/// The first of `pids` that `user` may not ptrace, and why. Pids that are gone are skipped
+/// (callers report them as such).
+fn first_untraceable(user: &RealUser, pids: &[u32]) -> Option<(u32, String)> {
+    pids.iter().find_map(|&pid| {
+        let creds = Credentials::of_pid(pid)?;
         // The kernel gives a non-dumpable process's /proc files to root (all but the
         // world-readable directories, such as /proc/PID itself, which keep the euid).
         let dump_owner = std::fs::metadata(format!("/proc/{pid}/status"))
             .ok()
             .map(|m| m.uid());
-        if let Some(why) = why_not_traceable(&user, &creds, dump_owner) {
-            return Err(WprofError::Permission(format!(
-                "wprof may not trace pid {pid}: {why}. wprof runs with capabilities its user \
-                 (uid {}) does not have, so it traces only the processes that user may ptrace \
-                 (same real, effective and saved uid and gid, dumpable, no capabilities); run \
-                 wprof as root (sudo) to trace other processes",
-                user.uid
-            )));
-        }
-    }
-    Ok(())
+        why_not_traceable(user, &creds, dump_owner).map(|why| (pid, why))
+    })
 }
 
 /// Why `user` may not ptrace a process with `creds`, whose /proc/PID/status is owned by

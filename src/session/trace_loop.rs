@@ -51,6 +51,7 @@ pub struct Watch {
     sigint: Arc<AtomicBool>,
     sigterm: Arc<AtomicBool>,
     reason: Option<EndReason>,
+    credentials: crate::privilege::CredentialWatch,
 }
 
 impl Watch {
@@ -67,6 +68,7 @@ impl Watch {
             sigint,
             sigterm,
             reason: None,
+            credentials: crate::privilege::CredentialWatch::new(),
         }
     }
 
@@ -98,6 +100,17 @@ impl Watch {
             return Some(EndReason::Duration);
         }
         None
+    }
+
+    /// With file capabilities, fails when an attached process (or one forked from it) may no
+    /// longer be traced for the real user. `record`'s child is left out: it runs with
+    /// no_new_privs, and before its exec it is wprof's own fork, with wprof's credentials.
+    fn check_credentials(&self, forked: &[u32]) -> Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        let pids: Vec<u32> = self.pids.iter().chain(forked).copied().collect();
+        Ok(self.credentials.check(&pids)?)
     }
 
     /// After the loop: for `record`, passes a stop signal on to the child and waits for it;
@@ -165,6 +178,7 @@ pub fn run(
         agg.add_keys(collector.take_keys());
         stacks.after_drain();
         labels.forks(&agg.take_forks());
+        watch.check_credentials(&labels.forked())?;
         for (pid, at_ns) in agg.take_maps_changed() {
             hooks.maps_changed(pid, at_ns);
         }
