@@ -78,18 +78,21 @@ pub struct RealUser {
 
 /// The real user, when wprof runs with more than that user's rights: a real uid other than
 /// root with capabilities (file capabilities: the real user has none of their own), or an
-/// effective uid or gid that is not the real one (a setuid or setgid install). None for root
-/// and for a plain unprivileged run (the kernel refuses that one BPF anyway).
+/// effective or saved uid or gid that is not the real one (a setuid or setgid install). None
+/// for root and for a plain unprivileged run (the kernel refuses that one BPF anyway). When
+/// the capability sets cannot be read (no /proc), a real uid other than 0 counts as elevated:
+/// the checks then refuse what they cannot verify rather than let it through.
 pub fn elevated_real_user() -> Option<RealUser> {
-    let c = Credentials::own()?;
-    let user = RealUser {
-        uid: c.uids[0],
-        gid: c.gids[0],
-    };
-    let elevated = c.cap_permitted != 0
-        || c.cap_effective != 0
-        || c.uids.iter().any(|&u| u != user.uid)
-        || c.gids.iter().any(|&g| g != user.gid);
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    let (mut gr, mut ge, mut gs) = (0, 0, 0);
+    // SAFETY: valid pointers to ids to fill; these calls cannot fail with them.
+    unsafe {
+        libc::getresuid(&mut r, &mut e, &mut s);
+        libc::getresgid(&mut gr, &mut ge, &mut gs);
+    }
+    let user = RealUser { uid: r, gid: gr };
+    let caps = Credentials::own().is_none_or(|c| c.cap_permitted | c.cap_effective != 0);
+    let elevated = caps || e != r || s != r || ge != gr || gs != gr;
     (user.uid != 0 && elevated).then_some(user)
 }
 
