@@ -176,12 +176,16 @@ fn uprobes() -> Check {
 fn capabilities() -> Check {
     let missing = missing_capabilities();
     if missing.is_empty() {
-        check(
-            "capabilities",
-            Verdict::Ok,
-            "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) are effective",
-            "",
-        )
+        let detail = match crate::privilege::elevated_real_user() {
+            Some(u) => format!(
+                "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) are effective, acting for uid {}: \
+                 only processes that user may ptrace, no setuid programs in record \
+                 (docs/security.md)",
+                u.uid
+            ),
+            None => "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN) are effective".to_string(),
+        };
+        check("capabilities", Verdict::Ok, detail, "")
     } else {
         check(
             "capabilities",
