@@ -12,6 +12,9 @@
 #
 # Run as root: benches/accuracy.sh [ITERATIONS]
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 N=${1:-1000}
 # shellcheck source=benches/setup.sh

@@ -19,6 +19,9 @@
 #
 # Run as root: benches/attach_scale.sh [ROUNDS]
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 SIZES=(10 100 200)

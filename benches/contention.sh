@@ -22,6 +22,9 @@
 #
 # Run as root: benches/contention.sh [CALLS per thread] [ROUNDS]
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 CALLS=${1:-200000}
 ROUNDS=${2:-5}

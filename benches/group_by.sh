@@ -19,6 +19,9 @@
 # (tool - plain) and the ratios grouped/wprof and grouped/bpftrace.
 # Run as root: benches/group_by.sh [CALLS] [ROUNDS]
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 N=${1:-200000}
 ROUNDS=${2:-5}

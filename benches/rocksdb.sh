@@ -15,6 +15,9 @@
 #
 # Run as root: benches/rocksdb.sh [KEYS] [ROUNDS]
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 N=${1:-50000}
 ROUNDS=${2:-3}

@@ -16,6 +16,9 @@
 #
 # Run as root: benches/rss.sh [SECONDS] [MODE]     (defaults: 600 per-event)
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 SECONDS_RUN=${1:-600}
 MODE=${2:-per-event}

@@ -35,6 +35,9 @@
 #
 # Run as root: benches/side_by_side.sh [COST_ITERATIONS] [AGREE_ITERATIONS] [ROUNDS]
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 M=${2:-20000}

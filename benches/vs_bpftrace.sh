@@ -9,6 +9,9 @@
 #
 # Run as root: benches/vs_bpftrace.sh [ITERATIONS] [ROUNDS]
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 N=${1:-20000}
 ROUNDS=${2:-3}

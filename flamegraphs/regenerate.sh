@@ -21,6 +21,9 @@
 # Idempotent (outputs are overwritten); takes well under two minutes once wprof is built.
 # Environment: PG_BIN (default /usr/lib/postgresql/15/bin), COPY_ROWS (default 200000).
 set -euo pipefail
+# Run as root, even through sudo: wprof record would run the traced commands as SUDO_UID
+# (docs/security.md), and they live in root-only temporary directories.
+unset SUDO_UID SUDO_GID
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
