@@ -59,6 +59,9 @@ pub struct Provenance {
     pub end_reason: String,
     /// Where the calls were aggregated (`--aggregate`).
     pub aggregation: Aggregation,
+    /// Share of the run the probes were live when `--max-overhead` had them live only part
+    /// of each second (counts are then those of the live windows); None: always live.
+    pub probes_live_fraction: Option<f64>,
 }
 
 /// Where a run's calls were aggregated (`--aggregate`).

@@ -1,7 +1,7 @@
 //! Building the phase tree from node definitions and spans.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use nohash_hasher::NoHashHasher;
@@ -527,13 +527,18 @@ impl Aggregator {
         parts
     }
 
-    /// The tree's shape so far by phase: (parent phase, phase) for every node, None for a
-    /// root (which phases `--max-overhead` may move to sampling: leaves, not roots).
-    pub fn phase_edges(&self) -> HashSet<(Option<u32>, u32)> {
-        self.defs
-            .values()
-            .map(|d| (self.defs.get(&d.parent).map(|p| p.phase), d.phase))
-            .collect()
+    /// The tree's shape so far by phase: per (parent phase, phase) edge, None for a root,
+    /// the calls completed there (which phases `--max-overhead` may move to sampling:
+    /// leaves, not roots).
+    pub fn phase_edges(&self) -> HashMap<(Option<u32>, u32), u64> {
+        let mut edges = HashMap::new();
+        for (node, d) in self.defs.iter() {
+            let calls = self.stats.get(node).map_or(0, |s| s.count);
+            *edges
+                .entry((self.defs.get(&d.parent).map(|p| p.phase), d.phase))
+                .or_default() += calls;
+        }
+        edges
     }
 
     /// Events added so far.

@@ -111,8 +111,20 @@ pub struct Tracer {
     movable: std::collections::HashSet<u32>,
     /// The CPU sampling events (`--cpu-sample`), with their jittered periods.
     sampler: Option<sampler::JitteredSampler>,
-    /// Their links by phase id: (program, link), entries and returns.
+    /// Their live links by phase id: (program, link), entries and returns.
     phase_links: std::collections::HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
+    /// Their attach calls by phase id, to put them back ([`Tracer::reattach_phases`]).
+    phase_plans: std::collections::HashMap<u32, Vec<LinkPlan>>,
+}
+
+/// One attach call of a phase with links of its own, kept to make it again.
+#[derive(Debug, Clone)]
+struct LinkPlan {
+    prog: &'static str,
+    target: ResolvedSymbol,
+    points: Vec<UProbeAttachPoint<'static>>,
+    scope: UProbeScope,
+    pid: u32,
 }
 
 /// One calibration function to probe (`probe_cost::calibrate`).
@@ -183,6 +195,7 @@ impl Tracer {
             phase_names: std::collections::HashMap::new(),
             movable: Default::default(),
             sampler: None,
+            phase_plans: Default::default(),
             phase_links: Default::default(),
         };
         for name in progs.all() {
@@ -314,6 +327,13 @@ impl Tracer {
                 let link = self.attach_points(prog, points.clone(), target, scope, pid, &what)?;
                 if let Some(id) = own {
                     self.phase_links.entry(*id).or_default().push((prog, link));
+                    self.phase_plans.entry(*id).or_default().push(LinkPlan {
+                        prog,
+                        target: (*target).clone(),
+                        points: points.clone(),
+                        scope,
+                        pid,
+                    });
                 }
                 summary.points += points.len();
                 summary.links += if self.uses_multi_links() {
@@ -389,28 +409,59 @@ impl Tracer {
         self.movable.extend(ids);
     }
 
-    /// Takes one phase's probes off while the run goes on (its calls are then measured by
-    /// sampling). Entries first: after `settle` the calls in flight have returned through the
-    /// return probes, which come off last, so no open frame is left behind. Returns whether
-    /// the phase had links of its own.
-    pub fn detach_phase(&mut self, id: u32, settle: std::time::Duration) -> Result<bool> {
-        let Some(links) = self.phase_links.remove(&id) else {
-            return Ok(false);
-        };
-        let (entries, returns): (Vec<_>, Vec<_>) = links
-            .into_iter()
-            .partition(|(prog, _)| *prog == self.progs.entry);
+    /// Takes these phases' probes off while the run goes on (a phase moved to sampling, or
+    /// the probes paused by a duty cycle). Entries first: after `settle` the calls in flight
+    /// have returned through the return probes, which come off last, so no open frame is left
+    /// behind. Returns how many of them had links of their own live.
+    pub fn detach_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<usize> {
+        let mut entries = Vec::new();
+        let mut returns = Vec::new();
+        let mut detached = 0;
+        for id in ids {
+            let Some(links) = self.phase_links.remove(id) else {
+                continue;
+            };
+            detached += 1;
+            for (prog, link) in links {
+                if prog == self.progs.entry {
+                    entries.push((*id, prog, link));
+                } else {
+                    returns.push((*id, prog, link));
+                }
+            }
+        }
         for (i, group) in [entries, returns].into_iter().enumerate() {
-            if i == 1 {
+            if i == 1 && !group.is_empty() {
                 std::thread::sleep(settle);
             }
-            for (prog, link) in group {
+            for (id, prog, link) in group {
                 self.program(prog)?
                     .detach(link)
                     .with_context(|| format!("detach the probes of phase {id}"))?;
             }
         }
-        Ok(true)
+        Ok(detached)
+    }
+
+    /// Puts back the probes [`Tracer::detach_phases`] took off: returns before entries, as
+    /// [`Tracer::attach`] does.
+    pub fn reattach_phases(&mut self, ids: &[u32]) -> Result<()> {
+        let entry = self.progs.entry;
+        let mut plans: Vec<(u32, LinkPlan)> = ids
+            .iter()
+            .filter(|id| !self.phase_links.contains_key(id))
+            .flat_map(|id| {
+                let plans = self.phase_plans.get(id).cloned().unwrap_or_default();
+                plans.into_iter().map(move |p| (*id, p))
+            })
+            .collect();
+        plans.sort_by_key(|(_, p)| p.prog == entry);
+        for (id, p) in plans {
+            let what = format!("the probes of phase {id} again");
+            let link = self.attach_points(p.prog, p.points, &p.target, p.scope, p.pid, &what)?;
+            self.phase_links.entry(id).or_default().push((p.prog, link));
+        }
+        Ok(())
     }
 
     /// Zeroes the global counters (after calibration, whose own losses are not the run's).

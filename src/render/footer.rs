@@ -145,6 +145,15 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         );
     }
     write_phase_table(&run.phases, out);
+    if let Some(live) = run.provenance.probes_live_fraction {
+        out.push_str(&format!(
+            "probes live {:.0}% of the run (--max-overhead: part of each second): the counts are \
+             those of the live windows (about {:.1}× as many calls ran); times and shares are \
+             exact within them\n",
+            live * 100.0,
+            1.0 / live.max(1e-9)
+        ));
+    }
 
     let c = &run.counters;
     out.push_str(&format!(

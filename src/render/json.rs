@@ -443,6 +443,8 @@ struct ProvenanceJ {
     // Absent in runs recorded before `--aggregate`: those aggregated per event.
     #[serde(default)]
     aggregation: AggregationJ,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    probes_live_fraction: Option<f64>,
 }
 
 /// Where the calls were aggregated: `"event"` or `"kernel"` (`--aggregate`).
@@ -773,6 +775,7 @@ impl From<&Provenance> for ProvenanceJ {
                 crate::model::Aggregation::Event => AggregationJ::Event,
                 crate::model::Aggregation::Kernel => AggregationJ::Kernel,
             },
+            probes_live_fraction: p.probes_live_fraction,
         }
     }
 }
@@ -805,6 +808,7 @@ impl From<ProvenanceJ> for Provenance {
                 AggregationJ::Event => crate::model::Aggregation::Event,
                 AggregationJ::Kernel => crate::model::Aggregation::Kernel,
             },
+            probes_live_fraction: p.probes_live_fraction,
         }
     }
 }

@@ -5,7 +5,18 @@
 //! plan moves the phases whose probes cost most each second (hot calls, and short ones when
 //! two cost alike), one after another, until what stays fits. Only leaves of the tree move,
 //! never a root: a moved leaf is then measured by CPU samples inside its probed parent
-//! (`aggregate::sampled`), and the parent's calls stay exact.
+//! (`aggregate::sampled`), and the parent's calls stay exact. When nothing may move and the
+//! rest is still over, the rest is probed part of each second ([`super::duty`]).
+
+use std::time::{Duration, Instant};
+
+use super::duty::{self, fraction_for, DutyCycle, Switch};
+use super::overhead::{unmatched_by_phase, OverheadWatch};
+use super::trace_loop::EndReason;
+use crate::aggregate::Aggregator;
+use crate::attach::Tracer;
+use crate::profile::Measure;
+use crate::resolve::ResolvedPhase;
 
 /// What one phase's probes cost over the last second.
 #[derive(Debug, Clone, PartialEq)]
@@ -38,9 +49,6 @@ pub struct Moved {
     pub after_s: f64,
     /// Its calls a second when it moved.
     pub calls_per_s: f64,
-    /// Returns its return probes saw between its entry probes coming off and theirs: calls
-    /// that began after the entry probe was gone, not lost frames (left out of the counts).
-    pub unmatched_while_moving: u64,
 }
 
 /// What the plan decided.
@@ -86,6 +94,273 @@ pub fn plan(loads: &[PhaseLoad], cpu_ns_per_s: f64, budget_pct: f64) -> Plan {
         moves,
         projected_pct: pct(left.max(0.0)),
         fits: pct(left) <= budget_pct,
+    }
+}
+
+/// A phase may move when at most this share of its calls were roots of the tree (a phase
+/// that is also reached outside its usual parent, e.g. PostgreSQL's XLogInsert).
+const ROOT_SHARE_MAX: f64 = 0.1;
+
+/// How long probes taken off keep their return probes after their entry probes: the calls in
+/// flight return meanwhile.
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// After a switch of probes, the returns counted as unmatched within this time came from
+/// calls that began while the entry probes were off (not lost frames): they are excused.
+const EXCUSE_WINDOW: Duration = Duration::from_millis(50);
+
+/// Keeps a run within `--max-overhead`: moves phases to sampling, then duty-cycles what
+/// stays probed, and only then gives up.
+pub struct Keeper<'a> {
+    phases: &'a [ResolvedPhase],
+    started: Instant,
+    /// Phases moved to sampling, in order.
+    pub moved: Vec<Moved>,
+    duty: Option<DutyCycle>,
+    /// When the duty cycle began, seconds into the run (the probes were live before).
+    duty_after: Duration,
+    /// Per phase: unmatched returns that came from switching probes.
+    excused: Vec<u64>,
+    /// Unmatched returns per phase when the last switch began, and when it ended.
+    mark: Option<(Vec<u64>, Instant)>,
+}
+
+impl<'a> Keeper<'a> {
+    /// A keeper for the run's phases.
+    pub fn new(phases: &'a [ResolvedPhase]) -> Keeper<'a> {
+        Keeper {
+            phases,
+            started: Instant::now(),
+            moved: Vec::new(),
+            duty: None,
+            duty_after: Duration::ZERO,
+            excused: vec![0; phases.iter().map(|p| p.id as usize + 1).max().unwrap_or(0)],
+            mark: None,
+        }
+    }
+
+    /// What each phase still probed costs, and whether it may move: `measure = "auto"`, at
+    /// most [`ROOT_SHARE_MAX`] of its calls roots, and no child still probed (`gone` are the
+    /// phases moved, or about to).
+    fn loads(
+        &self,
+        edges: &std::collections::HashMap<(Option<u32>, u32), u64>,
+        gone: &[u32],
+        watch: &OverheadWatch,
+    ) -> Vec<PhaseLoad> {
+        let root_share = |id: u32| {
+            let (mut root, mut all) = (0u64, 0u64);
+            for ((parent, phase), calls) in edges {
+                if *phase == id {
+                    all += calls;
+                    if parent.is_none() {
+                        root += calls;
+                    }
+                }
+            }
+            // No completed call yet: a root stays.
+            if all == 0 {
+                return if edges.contains_key(&(None, id)) {
+                    1.0
+                } else {
+                    0.0
+                };
+            }
+            root as f64 / all as f64
+        };
+        let has_child = |id: u32| {
+            edges
+                .keys()
+                .any(|(p, c)| *p == Some(id) && !gone.contains(c))
+        };
+        self.phases
+            .iter()
+            .filter(|p| p.is_probed() && !gone.contains(&p.id))
+            .filter(|p| !self.moved.iter().any(|m| m.id == p.id))
+            .map(|p| PhaseLoad {
+                id: p.id,
+                name: p.phase.name.clone(),
+                calls_per_s: watch
+                    .phase_calls_per_s
+                    .get(p.id as usize)
+                    .copied()
+                    .unwrap_or(0.0),
+                pair_ns: watch.pair_ns(p.id),
+                movable: p.phase.measure == Measure::Auto
+                    && root_share(p.id) <= ROOT_SHARE_MAX
+                    && !has_child(p.id),
+            })
+            .collect()
+    }
+
+    /// Phases probed now (not moved to sampling).
+    fn probed(&self) -> Vec<u32> {
+        self.phases
+            .iter()
+            .filter(|p| p.is_probed() && !self.moved.iter().any(|m| m.id == p.id))
+            .map(|p| p.id)
+            .collect()
+    }
+
+    /// Call after every drain: runs the duty cycle and settles the excused returns.
+    pub fn poll(&mut self, tracer: &mut Tracer) {
+        if let Some((before, at)) = &self.mark {
+            if at.elapsed() >= EXCUSE_WINDOW {
+                let now = unmatched_by_phase(tracer, self.excused.len());
+                for (e, (n, b)) in self.excused.iter_mut().zip(now.iter().zip(before)) {
+                    *e += n.saturating_sub(*b);
+                }
+                self.mark = None;
+            }
+        }
+        let Some(switch) = self.duty.as_mut().and_then(DutyCycle::poll) else {
+            return;
+        };
+        let ids = self.probed();
+        self.begin_switch(tracer);
+        let done = match switch {
+            Switch::Pause => tracer.detach_phases(&ids, SETTLE).map(|_| ()),
+            Switch::Resume => tracer.reattach_phases(&ids),
+        };
+        self.end_switch();
+        if let Err(e) = done {
+            eprintln!("wprof: warning: duty cycle: {e:#}");
+        }
+    }
+
+    fn begin_switch(&mut self, tracer: &mut Tracer) {
+        if self.mark.is_none() {
+            let n = self.excused.len();
+            self.mark = Some((unmatched_by_phase(tracer, n), Instant::now()));
+        }
+    }
+
+    fn end_switch(&mut self) {
+        if let Some((_, at)) = &mut self.mark {
+            *at = Instant::now();
+        }
+    }
+
+    /// The probes went over the budget (`pct` of the traced processes' CPU time over the last
+    /// second): moves the costliest leaves to sampling; when none may move, has what stays
+    /// probed live only part of each second; Some(reason) when even that cannot fit.
+    pub fn over(
+        &mut self,
+        tracer: &mut Tracer,
+        watch: &OverheadWatch,
+        pct: f64,
+        agg: &Aggregator,
+    ) -> Option<EndReason> {
+        let budget = watch.budget()?;
+        let edges = agg.phase_edges();
+        let cpu = watch.cpu_ns_per_s;
+        let head = format!(
+            "probes took {pct:.1}% of the traced processes' CPU time over the last second, \
+             above --max-overhead {budget}%"
+        );
+        // Leaves first; a parent whose children all moved is a leaf in the next round, so
+        // a whole subtree can move in one second.
+        let mut moves: Vec<u32> = Vec::new();
+        let (mut projected, mut fits);
+        loop {
+            let gone: Vec<u32> = self
+                .moved
+                .iter()
+                .map(|m| m.id)
+                .chain(moves.clone())
+                .collect();
+            let loads = self.loads(&edges, &gone, watch);
+            let p = plan(&loads, cpu, budget);
+            projected = p.projected_pct;
+            fits = p.fits;
+            if p.moves.is_empty() {
+                break;
+            }
+            moves.extend(p.moves);
+            if fits {
+                break;
+            }
+        }
+        let loads = self.loads(&edges, &[], watch);
+        let mut said = Vec::new();
+        if !moves.is_empty() {
+            self.begin_switch(tracer);
+            let done = tracer.detach_phases(&moves, SETTLE);
+            self.end_switch();
+            match done {
+                Ok(_) => {
+                    for id in &moves {
+                        let Some(load) = loads.iter().find(|l| l.id == *id) else {
+                            continue;
+                        };
+                        said.push(format!(
+                            "{} ({:.0} calls/s, {:.1}%)",
+                            load.name,
+                            load.calls_per_s,
+                            load.cost_ns_per_s() / cpu.max(1.0) * 100.0
+                        ));
+                        self.moved.push(Moved {
+                            id: *id,
+                            after_s: self.started.elapsed().as_secs_f64(),
+                            calls_per_s: load.calls_per_s,
+                        });
+                    }
+                }
+                Err(e) => eprintln!("wprof: warning: {e:#}"),
+            }
+        }
+        if !said.is_empty() {
+            eprintln!(
+                "wprof: {head}: moved to CPU sampling: {}; {projected:.1}% expected from now on",
+                said.join(", "),
+            );
+            if fits {
+                return None;
+            }
+        }
+        // What stays probed is still over: live part of each second, from now on.
+        let pct = if said.is_empty() { pct } else { projected };
+        let current = self.duty.as_ref().map_or(1.0, |d| d.fraction);
+        let Some(fraction) = fraction_for(pct, current, budget) else {
+            eprintln!(
+                "wprof: {head}, and no more phases may move to sampling (roots, parents and \
+                 measure = \"probe\" phases stay probed) nor be probed less than {:.0}% of the time: \
+                 detached",
+                duty::MIN_FRACTION * 100.0
+            );
+            return Some(EndReason::OverheadBudget);
+        };
+        match &mut self.duty {
+            Some(d) => d.fraction = fraction,
+            None => {
+                self.duty = Some(DutyCycle::start(fraction));
+                self.duty_after = self.started.elapsed();
+            }
+        }
+        eprintln!(
+            "wprof: {head}, and no more phases may move to sampling (roots, parents and measure \
+             = \"probe\" phases stay probed): their probes are live {:.0}% of each second from \
+             now on (calls are counted in those windows only)",
+            fraction * 100.0
+        );
+        None
+    }
+
+    /// At the end of the run: the share of it the probes were live (None: always), and the
+    /// unmatched returns per phase that switching probes caused.
+    pub fn finish(&mut self, tracer: &mut Tracer) -> (Option<f64>, Vec<Moved>, Vec<u64>) {
+        if let Some((before, _)) = self.mark.take() {
+            let now = unmatched_by_phase(tracer, self.excused.len());
+            for (e, (n, b)) in self.excused.iter_mut().zip(now.iter().zip(&before)) {
+                *e += n.saturating_sub(*b);
+            }
+        }
+        let live = self.duty.as_ref().map(|d| d.live_share(self.duty_after));
+        (
+            live,
+            std::mem::take(&mut self.moved),
+            std::mem::take(&mut self.excused),
+        )
     }
 }
 

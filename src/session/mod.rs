@@ -7,6 +7,7 @@
 mod budget;
 mod child;
 mod costs;
+mod duty;
 mod guard;
 mod instances;
 mod late;
@@ -274,15 +275,11 @@ fn sample_for_phases(profile: &Profile, t: &mut TraceArgs) {
     }
 }
 
-/// With `--max-overhead`, gives the phases it may move to sampling links of their own.
+/// With `--max-overhead`, gives every probed phase links of its own: the budget may move it
+/// to sampling, or have it live only part of each second.
 fn movable_links(tracer: &mut Tracer, phases: &[ResolvedPhase], t: &TraceArgs) {
     if t.max_overhead.is_some() {
-        tracer.keep_phase_links(
-            phases
-                .iter()
-                .filter(|p| p.is_probed() && p.phase.measure == crate::profile::Measure::Auto)
-                .map(|p| p.id),
-        );
+        tracer.keep_phase_links(phases.iter().filter(|p| p.is_probed()).map(|p| p.id));
     }
 }
 
@@ -413,6 +410,10 @@ struct Traced {
     sampled: crate::aggregate::sampled::SampledCounts,
     /// Phases `--max-overhead` moved to sampling.
     moved: Vec<budget::Moved>,
+    /// Per phase: unmatched returns caused by taking probes off and putting them back.
+    excused: Vec<u64>,
+    /// Share of the run the probes were live, when `--max-overhead` duty-cycled them.
+    probes_live: Option<f64>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -466,9 +467,7 @@ fn run(
         late,
         auto,
         switched: false,
-        phases,
-        moved: Vec::new(),
-        started: std::time::Instant::now(),
+        keeper: budget::Keeper::new(phases),
         overhead: overhead::OverheadWatch::new(
             phases
                 .iter()
@@ -493,7 +492,7 @@ fn run(
     };
     let reason = trace_loop::run(&mut collector, &mut agg, sides, watch, !t.quiet)?;
     let in_kernel = in_kernel || hooks.switched;
-    let moved = std::mem::take(&mut hooks.moved);
+    let (probes_live, moved, excused) = hooks.keeper.finish(hooks.tracer);
     if hooks.switched {
         // Its rows stop at the switch: a partial table would read as the whole run.
         agg.drop_calls();
@@ -551,6 +550,8 @@ fn run(
         labels,
         sampled,
         moved,
+        excused,
+        probes_live,
     })
 }
 
@@ -562,12 +563,8 @@ struct RunHooks<'a> {
     auto: AutoSwitch,
     /// Whether `--aggregate auto` switched to the kernel.
     switched: bool,
-    /// The run's phases.
-    phases: &'a [ResolvedPhase],
-    /// Phases `--max-overhead` moved to sampling, in order.
-    moved: Vec<budget::Moved>,
-    /// When tracing began.
-    started: std::time::Instant,
+    /// What keeps the run within `--max-overhead`.
+    keeper: budget::Keeper<'a>,
 }
 
 /// Calls a second above which `--aggregate auto` aggregates in the kernel: per event, wprof
@@ -597,92 +594,7 @@ fn auto_switch(t: &TraceArgs, out: &crate::args::OutputArgs) -> AutoSwitch {
     }
 }
 
-/// How long a phase moved to sampling keeps its return probes after its entry probes came
-/// off: the calls in flight return meanwhile (the phases that move are short ones).
-const MOVE_SETTLE: std::time::Duration = std::time::Duration::from_millis(20);
-
 impl RunHooks<'_> {
-    /// The probes went over `--max-overhead` (`pct` of the traced processes' CPU time): moves
-    /// the costliest leaves to sampling, or ends the run when none may move.
-    fn over_budget(&mut self, pct: f64, agg: &Aggregator) -> Option<EndReason> {
-        let budget = self.overhead.budget()?;
-        let edges = agg.phase_edges();
-        let moved = &self.moved;
-        let is_root = |id: u32| edges.contains(&(None, id));
-        let has_child = |id: u32| {
-            edges
-                .iter()
-                .any(|(p, c)| *p == Some(id) && !moved.iter().any(|m| m.id == *c))
-        };
-        let loads: Vec<budget::PhaseLoad> = self
-            .phases
-            .iter()
-            .filter(|p| p.is_probed() && !moved.iter().any(|m| m.id == p.id))
-            .map(|p| budget::PhaseLoad {
-                id: p.id,
-                name: p.phase.name.clone(),
-                calls_per_s: self
-                    .overhead
-                    .phase_calls_per_s
-                    .get(p.id as usize)
-                    .copied()
-                    .unwrap_or(0.0),
-                pair_ns: self.overhead.pair_ns(p.id),
-                movable: p.phase.measure == crate::profile::Measure::Auto
-                    && !is_root(p.id)
-                    && !has_child(p.id),
-            })
-            .collect();
-        let cpu = self.overhead.cpu_ns_per_s;
-        let plan = budget::plan(&loads, cpu, budget);
-        let mut said = Vec::new();
-        for id in &plan.moves {
-            let load = loads.iter().find(|l| l.id == *id)?;
-            let unmatched_before = overhead::unmatched_returns(self.tracer, *id);
-            match self.tracer.detach_phase(*id, MOVE_SETTLE) {
-                Ok(true) => {
-                    let unmatched = overhead::unmatched_returns(self.tracer, *id);
-                    said.push(format!(
-                        "{} ({:.0} calls/s, {:.1}%)",
-                        load.name,
-                        load.calls_per_s,
-                        load.cost_ns_per_s() / cpu.max(1.0) * 100.0
-                    ));
-                    self.moved.push(budget::Moved {
-                        id: *id,
-                        after_s: self.started.elapsed().as_secs_f64(),
-                        calls_per_s: load.calls_per_s,
-                        unmatched_while_moving: unmatched.saturating_sub(unmatched_before),
-                    });
-                }
-                Ok(false) => {}
-                Err(e) => eprintln!("wprof: warning: {e:#}"),
-            }
-        }
-        let head = format!(
-            "probes took {pct:.1}% of the traced processes' CPU time over the last second, \
-             above --max-overhead {budget}%"
-        );
-        if said.is_empty() {
-            eprintln!(
-                "wprof: {head}, and no phase may move to sampling (roots, parents and \
-                 measure = \"probe\" phases stay probed): detached"
-            );
-            return Some(EndReason::OverheadBudget);
-        }
-        eprintln!(
-            "wprof: {head}: moved to CPU sampling: {}; {:.1}% expected from now on{}",
-            said.join(", "),
-            plan.projected_pct,
-            if plan.fits {
-                ""
-            } else {
-                " (still over: the next second decides)"
-            }
-        );
-        None
-    }
-
     /// `--aggregate auto`: switches once the last second's call rate passes the threshold.
     fn maybe_switch(&mut self) {
         let rate = self.overhead.calls_per_s;
@@ -716,11 +628,13 @@ impl trace_loop::Hooks for RunHooks<'_> {
         }
     }
 
-    fn tick(&mut self, agg: &Aggregator) -> Option<EndReason> {
+    fn tick(&mut self, agg: &Aggregator, traced: Vec<u32>) -> Option<EndReason> {
         self.tracer.jitter_sampling();
-        let over = self.overhead.tick(self.tracer);
+        self.keeper.poll(self.tracer);
+        let over = self.overhead.tick(self.tracer, traced.into_iter());
         self.maybe_switch();
-        self.over_budget(over?, agg)
+        let pct = over?;
+        self.keeper.over(self.tracer, &self.overhead, pct, agg)
     }
 }
 
@@ -780,6 +694,8 @@ fn build_run(
         labels,
         sampled,
         moved,
+        excused,
+        probes_live,
     } = traced;
     let end = &end;
     use wprof_common::counter;
@@ -898,13 +814,9 @@ fn build_run(
             },
             entries: pc.entries,
             returns: pc.returns,
-            unmatched_returns: pc.unmatched_returns.saturating_sub(
-                moved
-                    .iter()
-                    .filter(|m| m.id == rp.id)
-                    .map(|m| m.unmatched_while_moving)
-                    .sum(),
-            ),
+            unmatched_returns: pc
+                .unmatched_returns
+                .saturating_sub(excused.get(rp.id as usize).copied().unwrap_or(0)),
             overflow: pc.overflow,
             outside_under: pc.outside_under,
             probe_pair_ns: pair,
@@ -918,7 +830,7 @@ fn build_run(
         orphan_spans: tree.orphan_spans,
         unmatched_returns: end
             .counter(counter::UNMATCHED_RETURNS)
-            .saturating_sub(moved.iter().map(|m| m.unmatched_while_moving).sum()),
+            .saturating_sub(excused.iter().sum()),
         abandoned: end.nodes.abandoned.values().sum(),
         open_at_end: end.nodes.open.values().sum(),
         overflow: end.counter(counter::OVERFLOW),
@@ -951,6 +863,7 @@ fn build_run(
         objects,
         end_reason: reason.to_string(),
         aggregation: end.aggregation,
+        probes_live_fraction: probes_live,
     };
     Run {
         provenance,

@@ -22,10 +22,10 @@ pub(super) struct OverheadWatch {
     /// Per phase id: ns one probe hit costs (half the calibrated or estimated pair).
     hit_ns: Vec<f64>,
     budget_pct: Option<f64>,
-    pids: Vec<u32>,
+    /// CPU time of every traced process when last read, ns (forked ones join as they come).
+    last_cpu: std::collections::HashMap<u32, u64>,
     last: Instant,
     last_hits: Vec<u64>,
-    last_cpu_ns: u64,
     seconds: u32,
     quiet: bool,
     /// The largest share measured over one second, %.
@@ -45,10 +45,9 @@ impl OverheadWatch {
         OverheadWatch {
             hit_ns: pair_ns.into_iter().map(|p| p / 2.0).collect(),
             budget_pct,
-            pids: pids.to_vec(),
+            last_cpu: pids.iter().filter_map(|&p| Some((p, cpu_ns(p)?))).collect(),
             last: Instant::now(),
             last_hits: vec![0; n],
-            last_cpu_ns: cpu_ns(pids),
             seconds: 0,
             quiet,
             peak_pct: 0.0,
@@ -70,14 +69,31 @@ impl OverheadWatch {
 
     /// Measures the last second's overhead when a second has passed; Some(share, %) when it
     /// went over the budget.
-    pub fn tick(&mut self, tracer: &mut Tracer) -> Option<f64> {
+    /// `pids` are the processes traced now (forked ones included).
+    pub fn tick(&mut self, tracer: &mut Tracer, pids: impl Iterator<Item = u32>) -> Option<f64> {
         let secs = self.last.elapsed().as_secs_f64();
         if secs < EVERY.as_secs_f64() {
             return None;
         }
         self.last = Instant::now();
         let hits = phase_hits(tracer, self.hit_ns.len());
-        let cpu = cpu_ns(&self.pids);
+        // Each process's CPU time since it was last read (all of it for one new to the run,
+        // e.g. a backend forked during the last second); one that exited is forgotten.
+        let mut all: Vec<u32> = self.last_cpu.keys().copied().chain(pids).collect();
+        all.sort_unstable();
+        all.dedup();
+        let mut used = 0u64;
+        for pid in all {
+            match cpu_ns(pid) {
+                Some(now) => {
+                    let before = self.last_cpu.insert(pid, now).unwrap_or(0);
+                    used += now.saturating_sub(before);
+                }
+                None => {
+                    self.last_cpu.remove(&pid);
+                }
+            }
+        }
         let added: f64 = hits
             .iter()
             .zip(&self.last_hits)
@@ -89,7 +105,7 @@ impl OverheadWatch {
             .zip(&self.last_hits)
             .map(|(h, l)| h.saturating_sub(*l))
             .sum();
-        let used = cpu.saturating_sub(self.last_cpu_ns) as f64;
+        let used = used as f64;
         self.cpu_ns_per_s = used / secs;
         // Hits are entries + returns: two per call.
         self.calls_per_s = new_hits as f64 / 2.0 / secs;
@@ -99,7 +115,6 @@ impl OverheadWatch {
             .map(|(h, l)| h.saturating_sub(*l) as f64 / 2.0 / secs)
             .collect();
         self.last_hits = hits;
-        self.last_cpu_ns = cpu;
         self.seconds += 1;
         // /proc's CPU times tick at 10 ms: below that nothing meaningful can be said.
         let pct = if used >= 10e6 {
@@ -127,18 +142,22 @@ impl OverheadWatch {
     }
 }
 
-/// Returns of phase `id` so far that matched no open call.
-pub(super) fn unmatched_returns(tracer: &mut Tracer, id: u32) -> u64 {
+/// Returns so far that matched no open call, per phase id below `n`.
+pub(super) fn unmatched_by_phase(tracer: &mut Tracer, n: usize) -> Vec<u64> {
     let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {
-        return 0;
+        return vec![0; n];
     };
     let Ok(counters) = PerCpuArray::<_, PhaseCounters>::try_from(map) else {
-        return 0;
+        return vec![0; n];
     };
-    counters
-        .get(&id, 0)
-        .map(|v| v.iter().map(|c| c.unmatched_returns).sum())
-        .unwrap_or(0)
+    (0..n as u32)
+        .map(|i| {
+            counters
+                .get(&i, 0)
+                .map(|v| v.iter().map(|c| c.unmatched_returns).sum())
+                .unwrap_or(0)
+        })
+        .collect()
 }
 
 /// Entry + return hits per phase id so far.
@@ -159,19 +178,15 @@ fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
         .collect()
 }
 
-/// User + system CPU time of the processes (all their threads), ns.
-fn cpu_ns(pids: &[u32]) -> u64 {
+/// User + system CPU time of a process (all its threads), ns; None once it is gone.
+fn cpu_ns(pid: u32) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    pids.iter()
-        .filter_map(|pid| {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            // Fields after the parenthesised command name: state is field 3; utime and
-            // stime are fields 14 and 15.
-            let rest = stat.rsplit_once(')')?.1;
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
-            Some(ticks * 1_000_000_000 / tick)
-        })
-        .sum()
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name: state is field 3; utime and stime are
+    // fields 14 and 15.
+    let rest = stat.rsplit_once(')')?.1;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    Some(ticks * 1_000_000_000 / tick)
 }

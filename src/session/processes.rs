@@ -83,6 +83,11 @@ impl ProcessLabels {
         self.parents.get(&pid).copied()
     }
 
+    /// Every process the run traces or traced: the first ones and those forked since.
+    pub fn pids(&self) -> Vec<u32> {
+        self.labels.keys().copied().collect()
+    }
+
     /// Processes traced by following forks, by pid.
     pub fn forked(&self) -> Vec<u32> {
         self.parents.keys().copied().collect()

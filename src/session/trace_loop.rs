@@ -145,8 +145,9 @@ pub struct Sides<'a> {
 pub trait Hooks {
     /// A traced process's loader changed its objects (pid, CLOCK_MONOTONIC ns): late attach.
     fn maps_changed(&mut self, pid: u32, at_ns: u64);
-    /// Called after every drain with the tree so far; Some(reason) ends the run.
-    fn tick(&mut self, agg: &Aggregator) -> Option<EndReason>;
+    /// Called after every drain with the tree so far and the traced processes; Some(reason)
+    /// ends the run.
+    fn tick(&mut self, agg: &Aggregator, traced: Vec<u32>) -> Option<EndReason>;
 }
 
 /// Reads events into `agg` until `watch` says the run is over.
@@ -186,7 +187,7 @@ pub fn run(
         if let Some(s) = snapshots.as_deref_mut() {
             s.tick(agg)?;
         }
-        if let Some(r) = watch.check().or_else(|| hooks.tick(agg)) {
+        if let Some(r) = watch.check().or_else(|| hooks.tick(agg, labels.pids())) {
             break r;
         }
         if progress && last_progress.elapsed() >= Duration::from_secs(1) {

@@ -1,0 +1,126 @@
+//! The last resort of `--max-overhead`: when the phases that stay probed (roots, parents,
+//! `measure = "probe"`) cost more than the budget on their own, their probes are live only a
+//! fraction of each second instead of being taken off for good. Every call inside a live
+//! window is measured exactly; counts are then those of the windows, which the run says.
+
+use std::time::{Duration, Instant};
+
+/// One cycle: live for `fraction` of it, paused for the rest.
+pub const CYCLE: Duration = Duration::from_secs(1);
+
+/// Below this the windows would be too short to hold a call of a slow phase: the run ends
+/// instead (the budget's old behaviour).
+pub const MIN_FRACTION: f64 = 0.02;
+
+/// Headroom: aim below the budget, since the share is measured over whole seconds.
+const AIM: f64 = 0.8;
+
+/// The live fraction that brings `pct` (measured with the probes live a `current` fraction
+/// of the time) within `budget_pct`; None below [`MIN_FRACTION`].
+pub fn fraction_for(pct: f64, current: f64, budget_pct: f64) -> Option<f64> {
+    if pct <= 0.0 {
+        return Some(current);
+    }
+    let f = (current * budget_pct / pct * AIM).min(current * AIM);
+    (f >= MIN_FRACTION).then_some(f)
+}
+
+/// The duty cycle's state.
+#[derive(Debug, Clone)]
+pub struct DutyCycle {
+    /// Share of each cycle the probes are live.
+    pub fraction: f64,
+    live: bool,
+    since: Instant,
+    live_total: Duration,
+    started: Instant,
+}
+
+/// What the cycle asks for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Switch {
+    /// Take the probes off.
+    Pause,
+    /// Put them back.
+    Resume,
+}
+
+impl DutyCycle {
+    /// Starts a cycle with the probes live now.
+    pub fn start(fraction: f64) -> DutyCycle {
+        let now = Instant::now();
+        DutyCycle {
+            fraction,
+            live: true,
+            since: now,
+            live_total: Duration::ZERO,
+            started: now,
+        }
+    }
+
+    /// Whether the probes should switch now; call often (every drain).
+    pub fn poll(&mut self) -> Option<Switch> {
+        let window = if self.live {
+            CYCLE.mul_f64(self.fraction)
+        } else {
+            CYCLE.mul_f64(1.0 - self.fraction)
+        };
+        if self.since.elapsed() < window {
+            return None;
+        }
+        let now = Instant::now();
+        if self.live {
+            self.live_total += now - self.since;
+        }
+        self.live = !self.live;
+        self.since = now;
+        Some(if self.live {
+            Switch::Resume
+        } else {
+            Switch::Pause
+        })
+    }
+
+    /// Share of the time since the cycle began that the probes were live, with the time
+    /// before it (`before`, all live) counted in.
+    pub fn live_share(&self, before: Duration) -> f64 {
+        let mut live = self.live_total + before;
+        if self.live {
+            live += self.since.elapsed();
+        }
+        let all = self.started.elapsed() + before;
+        if all.is_zero() {
+            1.0
+        } else {
+            (live.as_secs_f64() / all.as_secs_f64()).min(1.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fraction_brings_the_share_under_the_budget_with_headroom() {
+        // 40% with the probes always live, budget 10%: live 20% of the time (10/40 × 0.8).
+        assert!((fraction_for(40.0, 1.0, 10.0).unwrap() - 0.2).abs() < 1e-9);
+        // Still 15% at 20% live: 20% × 10/15 × 0.8.
+        assert!((fraction_for(15.0, 0.2, 10.0).unwrap() - 0.2 * 10.0 / 15.0 * 0.8).abs() < 1e-9);
+        // Never raises it, and gives up below the minimum.
+        assert!(fraction_for(11.0, 0.5, 10.0).unwrap() <= 0.4);
+        assert_eq!(fraction_for(1000.0, 0.1, 1.0), None);
+    }
+
+    #[test]
+    fn the_cycle_pauses_after_its_live_window_and_resumes_after_the_rest() {
+        let mut d = DutyCycle::start(0.5);
+        assert_eq!(d.poll(), None);
+        d.since -= CYCLE.mul_f64(0.6);
+        assert_eq!(d.poll(), Some(Switch::Pause));
+        assert_eq!(d.poll(), None);
+        d.since -= CYCLE.mul_f64(0.6);
+        assert_eq!(d.poll(), Some(Switch::Resume));
+        assert!(d.live_share(Duration::ZERO) > 0.0);
+    }
+}
