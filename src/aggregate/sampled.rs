@@ -114,15 +114,14 @@ impl SampledCounts {
     }
 }
 
+/// A sampled phase's id and role, by name.
+pub type PhaseOf<'a> = &'a dyn Fn(&str) -> Option<(u32, Option<String>)>;
+
 /// Puts the sampled phases into `tree` under their probed parents. `phase_of` gives a
 /// sampled phase's id and role by name. A probed node of the same path (a phase moved to
 /// sampling during the run) is replaced: its calls cover part of the run, the samples all
 /// of it. Returns the sampled nodes' paths that had no probed parent in the tree.
-pub fn graft(
-    tree: &mut PhaseTree,
-    counts: &SampledCounts,
-    phase_of: &dyn Fn(&str) -> Option<(u32, Option<String>)>,
-) -> Vec<String> {
+pub fn graft(tree: &mut PhaseTree, counts: &SampledCounts, phase_of: PhaseOf<'_>) -> Vec<String> {
     let mut keys: Vec<&(Vec<String>, Vec<String>)> = counts.hits.keys().collect();
     // Parents before children, then a stable order.
     keys.sort_by(|a, b| (a.1.len(), a).cmp(&(b.1.len(), b)));
@@ -220,7 +219,7 @@ fn settle(n: &mut TreeNode) {
             .sum();
         c.self_ns = c.total_ns.saturating_sub(kids);
     }
-    n.children.sort_by(|a, b| b.total_ns.cmp(&a.total_ns));
+    n.children.sort_by_key(|c| std::cmp::Reverse(c.total_ns));
 }
 
 #[cfg(test)]

@@ -199,6 +199,7 @@ pub fn sample_run() -> Run {
     };
     Run {
         provenance: Provenance {
+            probes_live_fraction: None,
             wprof_version: "0.1.0".into(),
             host: "ci-vm".into(),
             kernel: "6.8.0-45-generic".into(),

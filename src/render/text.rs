@@ -210,10 +210,11 @@ enum Row {
         raw_mean: Option<String>,
         /// On-CPU and off-CPU time per root call (runs with `--off-cpu`).
         on_off: Option<[String; 2]>,
-        /// Units of a `unit` phase and its time per unit, e.g. `20000 rows  1.52 µs/row`.
-        units: Option<String>,
-        /// A sampled phase: what the samples found (its count is unknown).
-        sampled: Option<String>,
+        /// Units of a `unit` phase and its time per unit, e.g. `20000 rows  1.52 µs/row`;
+        /// for a sampled phase, what the samples found.
+        tail: Option<String>,
+        /// A sampled phase (its count is unknown).
+        sampled: bool,
     },
     SelfTime {
         label: String,
@@ -248,7 +249,7 @@ impl Row {
                 probe,
                 raw_mean,
                 on_off,
-                units,
+                tail,
                 sampled,
             } => {
                 let name = if *is_root {
@@ -256,12 +257,13 @@ impl Row {
                 } else {
                     label.clone()
                 };
-                if let Some(text) = sampled {
+                if *sampled {
                     // No count: sampling sees time, not calls.
                     return format!(
-                        "{name}{}  {per_root:>8}  {share:>6}  n={:<n_width$}  {text}",
+                        "{name}{}  {per_root:>8}  {share:>6}  n={:<n_width$}  {}",
                         pad(label),
-                        "~"
+                        "~",
+                        tail.as_deref().unwrap_or("")
                     );
                 }
                 let mut s = format!(
@@ -294,7 +296,7 @@ impl Row {
                         s.push_str(&format!("  {text}"));
                     }
                 }
-                if let Some(u) = units {
+                if let Some(u) = tail {
                     s.push_str(&format!("  {u}"));
                 }
                 s
@@ -477,24 +479,18 @@ fn walk(
                 per_root(off, root_calls),
             ]
         }),
-        units: node.units.as_ref().map(|u| {
-            let per = if u.total == 0 {
-                "-".to_string()
-            } else {
-                format_ns(shown.total_ns as f64 / u.total as f64)
-            };
-            format!("{} {}  {per}/{}", u.total, u.name, singular(&u.name))
-        }),
-        sampled: node.sampled.map(|s| {
-            format!(
-                "sampled: {} of {} samples, {:.1}% of the parent's on-CPU time [{:.1}-{:.1}%]",
-                s.samples,
-                s.parent_samples,
-                s.share() * 100.0,
-                s.share_low * 100.0,
-                s.share_high * 100.0
-            )
-        }),
+        tail: node
+            .sampled
+            .map(sampled_text)
+            .or(node.units.as_ref().map(|u| {
+                let per = if u.total == 0 {
+                    "-".to_string()
+                } else {
+                    format_ns(shown.total_ns as f64 / u.total as f64)
+                };
+                format!("{} {}  {per}/{}", u.total, u.name, singular(&u.name))
+            })),
+        sampled: node.sampled.is_some(),
     });
     let (total_shown, self_shown) = (shown.total_ns, shown.self_ns);
 
@@ -545,6 +541,18 @@ fn walk(
             }),
         }
     }
+}
+
+/// What the samples found for a sampled phase's row.
+fn sampled_text(s: crate::aggregate::sampled::SampledShare) -> String {
+    format!(
+        "sampled: {} of {} samples, {:.1}% of the parent's on-CPU time [{:.1}-{:.1}%]",
+        s.samples,
+        s.parent_samples,
+        s.share() * 100.0,
+        s.share_low * 100.0,
+        s.share_high * 100.0
+    )
 }
 
 /// `rows` -> `row`, for "µs/row".

@@ -527,17 +527,9 @@ fn run(
         .map(|p| p.phase.name.clone())
         .chain(moved.iter().map(|m| names[m.id as usize].clone()))
         .collect();
-    let fns = stacks::SampledFns::of(phases);
+    stack_sink.sample_phases(stacks::SampledFns::of(phases), sampled_names);
     let (cpu, off_cpu, sampled) = stack_sink
-        .finish(
-            tracer,
-            &agg,
-            names,
-            &end,
-            t.cpu_sample,
-            t.off_cpu,
-            (&fns, &sampled_names),
-        )
+        .finish(tracer, &agg, names, &end, t.cpu_sample, t.off_cpu)
         .context("name the sampled stacks")?;
     Ok(Traced {
         at_end,

@@ -35,6 +35,9 @@ pub struct StackSink {
     maps: MapsCache,
     last_refresh: Instant,
     bpf_symbols: BpfSymbols,
+    /// The functions of the phases that may be sampled, and the names of those that are.
+    sampled_fns: SampledFns,
+    sampled_names: Vec<String>,
 }
 
 impl StackSink {
@@ -50,7 +53,16 @@ impl StackSink {
             } else {
                 BpfSymbols::default()
             },
+            sampled_fns: SampledFns::default(),
+            sampled_names: Vec::new(),
         }
+    }
+
+    /// Has [`StackSink::finish`] count the CPU samples of the phases named `sampled` (measured
+    /// by sampling), whose functions `fns` locates.
+    pub fn sample_phases(&mut self, fns: SampledFns, sampled: Vec<String>) {
+        self.sampled_fns = fns;
+        self.sampled_names = sampled;
     }
 }
 
@@ -143,7 +155,6 @@ impl StackSink {
         end: &EndState,
         cpu_hz: Option<u64>,
         off_cpu: bool,
-        sampled: (&SampledFns, &[String]),
     ) -> Result<(Option<StackProfile>, Option<StackProfile>, SampledCounts)> {
         self.after_drain();
         let stacks = read_stacks(tracer, self.agg.stack_ids())?;
@@ -159,8 +170,8 @@ impl StackSink {
             &stacks,
             owned_path,
             &mut namer,
-            sampled.0,
-            sampled.1,
+            &self.sampled_fns,
+            &self.sampled_names,
         );
         let cpu = cpu_hz.map(|hz| {
             let folded = fold(&self.agg.cpu, &stacks, path_of, &mut namer);
