@@ -541,6 +541,18 @@ impl Aggregator {
         edges
     }
 
+    /// The longest 99th-percentile call so far among the nodes of these phases, ns (0 before
+    /// any call completed): how long a call of theirs may still be in flight.
+    pub fn p99_of(&self, phases: &[u32]) -> u64 {
+        self.defs
+            .iter()
+            .filter(|(_, d)| phases.contains(&d.phase))
+            .filter_map(|(node, _)| self.stats.get(node))
+            .map(|s| s.hist.value_at_quantile(0.99))
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Events added so far.
     pub fn events(&self) -> u64 {
         self.events

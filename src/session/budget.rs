@@ -101,9 +101,16 @@ pub fn plan(loads: &[PhaseLoad], cpu_ns_per_s: f64, budget_pct: f64) -> Plan {
 /// that is also reached outside its usual parent, e.g. PostgreSQL's XLogInsert).
 const ROOT_SHARE_MAX: f64 = 0.1;
 
-/// How long probes taken off keep their return probes after their entry probes: the calls in
-/// flight return meanwhile.
-const SETTLE: Duration = Duration::from_millis(20);
+/// How long probes taken off keep their return probes after their entry probes, so the calls
+/// in flight return meanwhile: twice the slowest p99 of the phases, within these bounds.
+/// Every call that begins meanwhile still traps on its return: kept short for hot phases.
+const SETTLE_MIN: Duration = Duration::from_millis(1);
+const SETTLE_MAX: Duration = Duration::from_millis(50);
+
+/// How long to keep the return probes of `phases` after their entries came off.
+fn settle(agg: &Aggregator, phases: &[u32]) -> Duration {
+    Duration::from_nanos(agg.p99_of(phases).saturating_mul(2)).clamp(SETTLE_MIN, SETTLE_MAX)
+}
 
 /// After a switch of probes, the returns counted as unmatched within this time came from
 /// calls that began while the entry probes were off (not lost frames): they are excused.
@@ -193,6 +200,11 @@ impl<'a> Keeper<'a> {
             .collect()
     }
 
+    /// Whether what stays probed is live only part of each second.
+    pub fn duty_cycling(&self) -> bool {
+        self.duty.is_some()
+    }
+
     /// Phases probed now (not moved to sampling).
     fn probed(&self) -> Vec<u32> {
         self.phases
@@ -203,7 +215,7 @@ impl<'a> Keeper<'a> {
     }
 
     /// Call after every drain: runs the duty cycle and settles the excused returns.
-    pub fn poll(&mut self, tracer: &mut Tracer) {
+    pub fn poll(&mut self, tracer: &mut Tracer, agg: &Aggregator) {
         if let Some((before, at)) = &self.mark {
             if at.elapsed() >= EXCUSE_WINDOW {
                 let now = unmatched_by_phase(tracer, self.excused.len());
@@ -219,8 +231,8 @@ impl<'a> Keeper<'a> {
         let ids = self.probed();
         self.begin_switch(tracer);
         let done = match switch {
-            Switch::Pause => tracer.detach_phases(&ids, SETTLE).map(|_| ()),
-            Switch::Resume => tracer.reattach_phases(&ids),
+            Switch::Pause => tracer.pause_phases(&ids, settle(agg, &ids)),
+            Switch::Resume => tracer.resume_phases(&ids),
         };
         self.end_switch();
         if let Err(e) = done {
@@ -255,8 +267,9 @@ impl<'a> Keeper<'a> {
         let edges = agg.phase_edges();
         let cpu = watch.cpu_ns_per_s;
         let head = format!(
-            "probes took {pct:.1}% of the traced processes' CPU time over the last second, \
-             above --max-overhead {budget}%"
+            "probes took {pct:.1}% of the traced processes' CPU time over the last {:.2} s, \
+             above --max-overhead {budget}%",
+            watch.window_s
         );
         // Leaves first; a parent whose children all moved is a leaf in the next round, so
         // a whole subtree can move in one second.
@@ -285,7 +298,7 @@ impl<'a> Keeper<'a> {
         let mut said = Vec::new();
         if !moves.is_empty() {
             self.begin_switch(tracer);
-            let done = tracer.detach_phases(&moves, SETTLE);
+            let done = tracer.detach_phases(&moves, settle(agg, &moves));
             self.end_switch();
             match done {
                 Ok(_) => {

@@ -5,8 +5,10 @@
 
 use std::time::{Duration, Instant};
 
-/// One cycle: live for `fraction` of it, paused for the rest.
-pub const CYCLE: Duration = Duration::from_secs(1);
+/// One cycle: live for `fraction` of it, paused for the rest. Each pause and resume costs the
+/// target a little (breakpoints written into its pages, ~0.1-0.3 s of grace period before a
+/// link is gone): two seconds keep that small against a live window of a few hundred ms.
+pub const CYCLE: Duration = Duration::from_secs(2);
 
 /// Below this the windows would be too short to hold a call of a slow phase: the run ends
 /// instead (the budget's old behaviour).

@@ -622,11 +622,15 @@ impl trace_loop::Hooks for RunHooks<'_> {
 
     fn tick(&mut self, agg: &Aggregator, traced: Vec<u32>) -> Option<EndReason> {
         self.tracer.jitter_sampling();
-        self.keeper.poll(self.tracer);
+        self.keeper.poll(self.tracer, agg);
         let over = self.overhead.tick(self.tracer, traced.into_iter());
         self.maybe_switch();
         let pct = over?;
-        self.keeper.over(self.tracer, &self.overhead, pct, agg)
+        let end = self.keeper.over(self.tracer, &self.overhead, pct, agg);
+        if self.keeper.duty_cycling() {
+            self.overhead.measure_every(duty::CYCLE);
+        }
+        end
     }
 }
 

@@ -17,6 +17,11 @@ const WARN_PCT: f64 = 5.0;
 /// How often the overhead is measured.
 const EVERY: Duration = Duration::from_secs(1);
 
+/// How soon it is measured under `--max-overhead`, first and while over the budget: a hot
+/// probe is moved off within a quarter second (/proc's CPU times tick at 10 ms, so this is
+/// still ~25 ticks of one busy CPU).
+const EVERY_OVER: Duration = Duration::from_millis(250);
+
 /// Watches the probes' share of the traced processes' CPU time.
 pub(super) struct OverheadWatch {
     /// Per phase id: ns one probe hit costs (half the calibrated or estimated pair).
@@ -26,7 +31,12 @@ pub(super) struct OverheadWatch {
     last_cpu: std::collections::HashMap<u32, u64>,
     last: Instant,
     last_hits: Vec<u64>,
-    seconds: u32,
+    /// Time to the next measurement.
+    every: Duration,
+    /// The shortest time between measurements.
+    floor: Duration,
+    /// Measurements made.
+    ticks: u32,
     quiet: bool,
     /// The largest share measured over one second, %.
     pub peak_pct: f64,
@@ -36,6 +46,8 @@ pub(super) struct OverheadWatch {
     pub phase_calls_per_s: Vec<f64>,
     /// The traced processes' CPU time over the last measured second, ns a second.
     pub cpu_ns_per_s: f64,
+    /// How long the last measurement covered, s.
+    pub window_s: f64,
 }
 
 impl OverheadWatch {
@@ -48,13 +60,27 @@ impl OverheadWatch {
             last_cpu: pids.iter().filter_map(|&p| Some((p, cpu_ns(p)?))).collect(),
             last: Instant::now(),
             last_hits: vec![0; n],
-            seconds: 0,
+            floor: Duration::ZERO,
+            every: if budget_pct.is_some() {
+                EVERY_OVER
+            } else {
+                EVERY
+            },
+            ticks: 0,
+            window_s: 0.0,
             quiet,
             peak_pct: 0.0,
             calls_per_s: 0.0,
             phase_calls_per_s: vec![0.0; n],
             cpu_ns_per_s: 0.0,
         }
+    }
+
+    /// Measures over whole duty cycles from now on (`super::duty`): a shorter window would
+    /// catch a live part or a paused one, not their mean.
+    pub fn measure_every(&mut self, every: Duration) {
+        self.floor = every;
+        self.every = self.every.max(every);
     }
 
     /// The `--max-overhead` budget, %.
@@ -72,7 +98,7 @@ impl OverheadWatch {
     /// `pids` are the processes traced now (forked ones included).
     pub fn tick(&mut self, tracer: &mut Tracer, pids: impl Iterator<Item = u32>) -> Option<f64> {
         let secs = self.last.elapsed().as_secs_f64();
-        if secs < EVERY.as_secs_f64() {
+        if secs < self.every.as_secs_f64() {
             return None;
         }
         self.last = Instant::now();
@@ -115,7 +141,8 @@ impl OverheadWatch {
             .map(|(h, l)| h.saturating_sub(*l) as f64 / 2.0 / secs)
             .collect();
         self.last_hits = hits;
-        self.seconds += 1;
+        self.ticks += 1;
+        self.window_s = secs;
         // /proc's CPU times tick at 10 ms: below that nothing meaningful can be said.
         let pct = if used >= 10e6 {
             added / used * 100.0
@@ -123,12 +150,17 @@ impl OverheadWatch {
             0.0
         };
         self.peak_pct = self.peak_pct.max(pct);
-        if self.seconds == 1 && !self.quiet {
+        if self.ticks == 1 && !self.quiet {
             let over = pct > self.budget_pct.unwrap_or(WARN_PCT);
             eprintln!(
-                "wprof: {}first second: {} probe hits ≈ {:.1} ms of probe time = {pct:.1}% of the \
+                "wprof: {}first {}: {} probe hits ≈ {:.1} ms of probe time = {pct:.1}% of the \
                  traced processes' CPU time{}",
                 if over { "warning: " } else { "" },
+                if secs >= 0.95 {
+                    "second".to_string()
+                } else {
+                    format!("{secs:.2} s")
+                },
                 new_hits,
                 added / 1e6,
                 match self.budget_pct {
@@ -138,7 +170,9 @@ impl OverheadWatch {
                 }
             );
         }
-        self.budget_pct.filter(|b| pct > *b).map(|_| pct)
+        let over = self.budget_pct.filter(|b| pct > *b).map(|_| pct);
+        self.every = if over.is_some() { EVERY_OVER } else { EVERY }.max(self.floor);
+        over
     }
 }
 
