@@ -161,8 +161,10 @@ pub struct TraceArgs {
     /// starts per event and switches to the kernel above 200,000 calls a second.
     #[arg(long, value_enum, value_name = "MODE", default_value = "event")]
     pub aggregate: AggregateMode,
-    /// Detach on its own (cleanly, outputs written) once the probes have added more than PCT
-    /// of the traced processes' CPU time (e.g. 5%), checked every second.
+    /// Keep the probes' share of the traced processes' CPU time under PCT (e.g. 5%), checked
+    /// every 0.25 s while over: the costliest hot leaves move to CPU sampling (roots stay
+    /// exact), then what stays probed is live only part of each 2 s cycle, and only when even
+    /// 2% of the time is too much does wprof detach (cleanly, outputs written, exit 5).
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub max_overhead: Option<f64>,
     /// Skip measuring the probes' cost on this host before attaching: times are then not
@@ -347,6 +349,21 @@ pub struct ProbesArgs {
     /// What to resolve against.
     #[command(flatten)]
     pub resolve: ResolveArgs,
+    /// Attach the probes to --pid for SECS seconds and say what they cost it, per phase, and
+    /// what --max-overhead would do (the phases it would move to sampling).
+    #[arg(long, value_name = "SECS", requires = "pid", value_parser = parse_estimate_secs)]
+    pub estimate: Option<u64>,
+    /// The budget --estimate plans for (default 5%).
+    #[arg(long, value_name = "PCT", requires = "estimate", value_parser = parse_percent)]
+    pub max_overhead: Option<f64>,
+}
+
+/// Seconds for `probes --estimate`: 1 to 600.
+fn parse_estimate_secs(s: &str) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(n) if (1..=600).contains(&n) => Ok(n),
+        _ => Err(format!("'{s}' is not a number of seconds from 1 to 600")),
+    }
 }
 
 /// `wprof report`.

@@ -31,6 +31,12 @@ pub fn targets() -> Result<i32> {
 /// `wprof probes`: one row per phase with what it resolved to; exit 4 if a required phase
 /// did not resolve.
 pub fn probes(a: ProbesArgs) -> Result<i32> {
+    if a.estimate.is_some() && a.resolve.pid.is_none() {
+        return Err(WprofError::Usage(
+            "--estimate measures a running process: give its --pid".into(),
+        )
+        .into());
+    }
     let (profile, mut phases) = load_and_resolve(&a.target, &a.resolve, "probes")?;
     // The mode a run would use: guarded returns only where this host loads the unwind guard.
     session::check_unwind_guard(&mut phases);
@@ -139,7 +145,82 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
     if let Some(err) = resolve::unresolved_required(&phases, &profile) {
         return Err(err.into());
     }
+    if let (Some(secs), Some(pid)) = (a.estimate, a.resolve.pid) {
+        crate::attach::check_capabilities()?;
+        eprintln!("wprof: attaching to pid {pid} for {secs} s to measure what the probes cost it");
+        let e = session::estimate(&phases, pid, secs, a.max_overhead)?;
+        write_estimate(&mut out, &phases, &e)?;
+    }
     Ok(0)
+}
+
+/// `probes --estimate`: per phase what its probes cost the process, and what
+/// `--max-overhead` would do.
+fn write_estimate(
+    out: &mut impl Write,
+    phases: &[resolve::ResolvedPhase],
+    e: &session::Estimate,
+) -> Result<()> {
+    let b = e.budget_pct;
+    writeln!(
+        out,
+        "\nestimate: {:.1} s attached; the process used {:.0} ms of CPU a second",
+        e.secs,
+        e.cpu_ns_per_s / 1e6
+    )?;
+    writeln!(
+        out,
+        "{:<18} {:>10} {:>9} {:>9}  under --max-overhead {b}%",
+        "phase", "calls/s", "µs/call", "overhead"
+    )?;
+    for l in &e.loads {
+        let fate = if e.plan.moves.contains(&l.id) {
+            "moves to CPU sampling"
+        } else if !phases
+            .iter()
+            .any(|p| p.id == l.id && p.phase.measure == crate::profile::Measure::Auto)
+        {
+            "stays probed (measure = \"probe\")"
+        } else if l.movable {
+            "stays probed"
+        } else {
+            "stays probed (a root or a parent)"
+        };
+        writeln!(
+            out,
+            "{:<18} {:>10.0} {:>9.2} {:>8.1}%  {fate}",
+            l.name,
+            l.calls_per_s,
+            l.pair_ns / 1e3,
+            if e.cpu_ns_per_s > 0.0 {
+                l.cost_ns_per_s() / e.cpu_ns_per_s * 100.0
+            } else {
+                0.0
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "every phase probed: {:.1}% of the process's CPU time; after the moves: {:.1}%{}",
+        e.all_pct(),
+        e.plan.projected_pct,
+        match e.duty {
+            None => String::new(),
+            Some(Some(f)) => format!(
+                "; still over {b}%: what stays probed would be live {:.0}% of each cycle",
+                f * 100.0
+            ),
+            Some(None) => format!(
+                "; still over {b}% even if live 2% of the time: the run would detach (exit 5)"
+            ),
+        }
+    )?;
+    writeln!(
+        out,
+        "µs/call: {} (record and attach calibrate on the host)",
+        probe_cost::MODEL
+    )?;
+    Ok(())
 }
 
 /// The symbol column: the function's name, with `+N` when its entry probe is N bytes past the

@@ -285,3 +285,79 @@ fn a_budget_that_is_not_a_percentage_is_a_usage_error() {
         assert!(text(&out).contains("--max-overhead"), "{}", text(&out));
     }
 }
+
+#[test]
+fn probes_estimate_measures_each_phase_and_says_what_the_budget_would_move() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let before = wprof_program_ids();
+    let mut args = vec!["--wait", "--iterations", "2000000"];
+    args.extend_from_slice(SHORT);
+    let mut fx = spawn_waiting(&fixture("writepath"), &args);
+    release(&mut fx);
+    let out = run(wprof()
+        .args(["probes", "--target", "fixture", "--pid"])
+        .arg(fx.id().to_string())
+        .args(["--estimate", "2", "--max-overhead", "10"]));
+    let _ = fx.kill();
+    let _ = fx.wait();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let row = |name: &str| {
+        stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")) && l.contains('%'))
+            .unwrap_or_else(|| panic!("no estimate row for {name}:\n{stdout}"))
+            .to_string()
+    };
+    // The root stays; every write calls each leaf once, so they run as often as it does.
+    assert!(
+        row("write_record").ends_with("stays probed (a root or a parent)"),
+        "{stdout}"
+    );
+    assert!(
+        row("compress_block").ends_with("moves to CPU sampling"),
+        "{stdout}"
+    );
+    let calls = |name: &str| -> f64 {
+        row(name)
+            .split_whitespace()
+            .nth(1)
+            .expect("calls/s")
+            .parse()
+            .expect("a number")
+    };
+    let (root, leaf) = (calls("write_record"), calls("compress_block"));
+    assert!(
+        root > 1000.0 && (leaf - root).abs() <= root * 0.02,
+        "{root} vs {leaf}\n{stdout}"
+    );
+    assert!(stdout.contains("every phase probed:"), "{stdout}");
+    // The kernel frees a released uprobe link's program after a grace period (~0.1-1 s).
+    let mut left = wprof_leftovers(&before);
+    for _ in 0..30 {
+        if left.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        left = wprof_leftovers(&before);
+    }
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
+fn probes_estimate_needs_a_pid() {
+    let out = run(wprof().args([
+        "probes",
+        "--target",
+        "fixture",
+        "--binary",
+        "/bin/true",
+        "--estimate",
+        "2",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--pid"), "{}", text(&out));
+}

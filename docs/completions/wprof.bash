@@ -577,7 +577,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__probes)
-            opts="-t -p -h --target --all-matches --pid --binary --return --help"
+            opts="-t -p -h --target --all-matches --pid --binary --return --estimate --max-overhead --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -605,6 +605,14 @@ _wprof() {
                     ;;
                 --return)
                     COMPREPLY=($(compgen -W "auto ret-sites uretprobe guarded" -- "${cur}"))
+                    return 0
+                    ;;
+                --estimate)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --max-overhead)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

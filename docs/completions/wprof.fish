@@ -55,7 +55,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand attach" -l split-by -d 'Show
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l aggregate -d 'Where calls are aggregated: `event` sends every call to wprof (per-call CSV, traces, per-pid trees); `kernel` keeps per-node counts and log-linear histograms in BPF maps and reads only those (for paths with hundreds of thousands of calls a second); `auto` starts per event and switches to the kernel above 200,000 calls a second' -r -f -a "event\t'Every completed call is sent to wprof through the ring buffer'
 kernel\t'BPF keeps per-node summaries and histograms; wprof reads them'
 auto\t'Per event, switching to the kernel once the traced calls pass 200,000 a second (never when an option that needs every call is given)'"
-complete -c wprof -n "__fish_wprof_using_subcommand attach" -l max-overhead -d 'Detach on its own (cleanly, outputs written) once the probes have added more than PCT of the traced processes\' CPU time (e.g. 5%), checked every second' -r
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l max-overhead -d 'Keep the probes\' share of the traced processes\' CPU time under PCT (e.g. 5%), checked every 0.25 s while over: the costliest hot leaves move to CPU sampling (roots stay exact), then what stays probed is live only part of each 2 s cycle, and only when even 2% of the time is too much does wprof detach (cleanly, outputs written, exit 5)' -r
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l out -d 'Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg, calls.csv, trace.json; cpu.folded/cpu.svg and offcpu.folded/offcpu.svg when sampled)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l json -d 'Write the run as JSON (schema v1, docs/json.md)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l folded -d 'Write folded stacks of self time, in ns (flamegraph.pl / inferno format)' -r -F
@@ -89,7 +89,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -l split-by -d 'Show
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l aggregate -d 'Where calls are aggregated: `event` sends every call to wprof (per-call CSV, traces, per-pid trees); `kernel` keeps per-node counts and log-linear histograms in BPF maps and reads only those (for paths with hundreds of thousands of calls a second); `auto` starts per event and switches to the kernel above 200,000 calls a second' -r -f -a "event\t'Every completed call is sent to wprof through the ring buffer'
 kernel\t'BPF keeps per-node summaries and histograms; wprof reads them'
 auto\t'Per event, switching to the kernel once the traced calls pass 200,000 a second (never when an option that needs every call is given)'"
-complete -c wprof -n "__fish_wprof_using_subcommand record" -l max-overhead -d 'Detach on its own (cleanly, outputs written) once the probes have added more than PCT of the traced processes\' CPU time (e.g. 5%), checked every second' -r
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l max-overhead -d 'Keep the probes\' share of the traced processes\' CPU time under PCT (e.g. 5%), checked every 0.25 s while over: the costliest hot leaves move to CPU sampling (roots stay exact), then what stays probed is live only part of each 2 s cycle, and only when even 2% of the time is too much does wprof detach (cleanly, outputs written, exit 5)' -r
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l out -d 'Write every output into this directory (run.json, tree.txt, phases.folded, phases.svg, calls.csv, trace.json; cpu.folded/cpu.svg and offcpu.folded/offcpu.svg when sampled)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l json -d 'Write the run as JSON (schema v1, docs/json.md)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l folded -d 'Write folded stacks of self time, in ns (flamegraph.pl / inferno format)' -r -F
@@ -114,6 +114,8 @@ complete -c wprof -n "__fish_wprof_using_subcommand probes" -l return -d 'Force 
 ret-sites\t'A uprobe on every RET instruction: safe with exceptions and panics'
 uretprobe\t'Kernel uretprobes: cheaper; an exception through the frame kills the target'
 guarded\t'Kernel uretprobes plus the unwind guard: as cheap, and safe with exceptions and panics'"
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -l estimate -d 'Attach the probes to --pid for SECS seconds and say what they cost it, per phase, and what --max-overhead would do (the phases it would move to sampling)' -r
+complete -c wprof -n "__fish_wprof_using_subcommand probes" -l max-overhead -d 'The budget --estimate plans for (default 5%)' -r
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
 complete -c wprof -n "__fish_wprof_using_subcommand probes" -s h -l help -d 'Print help (see more with \'--help\')'
 complete -c wprof -n "__fish_wprof_using_subcommand targets" -s h -l help -d 'Print help'

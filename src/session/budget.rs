@@ -8,6 +8,7 @@
 //! (`aggregate::sampled`), and the parent's calls stay exact. When nothing may move and the
 //! rest is still over, the rest is probed part of each second ([`super::duty`]).
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::duty::{self, fraction_for, DutyCycle, Switch};
@@ -37,6 +38,92 @@ impl PhaseLoad {
     /// Probe time a second, ns.
     pub fn cost_ns_per_s(&self) -> f64 {
         self.calls_per_s * self.pair_ns
+    }
+}
+
+/// What a phase's probes cost: (calls a second, probe ns a call), by phase id.
+pub type Rates<'a> = &'a dyn Fn(u32) -> (f64, f64);
+
+/// What each phase still probed costs, and whether it may move: `measure = "auto"`, at most
+/// [`ROOT_SHARE_MAX`] of its calls roots (`edges`, from `Aggregator::phase_edges`), and no
+/// child still probed (`gone` are the phases moved, or about to).
+pub fn loads(
+    phases: &[ResolvedPhase],
+    edges: &HashMap<(Option<u32>, u32), u64>,
+    gone: &[u32],
+    rates: Rates<'_>,
+) -> Vec<PhaseLoad> {
+    let root_share = |id: u32| {
+        let (mut root, mut all) = (0u64, 0u64);
+        for ((parent, phase), calls) in edges {
+            if *phase == id {
+                all += calls;
+                if parent.is_none() {
+                    root += calls;
+                }
+            }
+        }
+        // No completed call yet: a root stays.
+        if all == 0 {
+            return if edges.contains_key(&(None, id)) {
+                1.0
+            } else {
+                0.0
+            };
+        }
+        root as f64 / all as f64
+    };
+    let has_child = |id: u32| {
+        edges
+            .keys()
+            .any(|(p, c)| *p == Some(id) && !gone.contains(c))
+    };
+    phases
+        .iter()
+        .filter(|p| p.is_probed() && !gone.contains(&p.id))
+        .map(|p| {
+            let (calls_per_s, pair_ns) = rates(p.id);
+            PhaseLoad {
+                id: p.id,
+                name: p.phase.name.clone(),
+                calls_per_s,
+                pair_ns,
+                movable: p.phase.measure == Measure::Auto
+                    && root_share(p.id) <= ROOT_SHARE_MAX
+                    && !has_child(p.id),
+            }
+        })
+        .collect()
+}
+
+/// Every phase to move so the rest fits `budget_pct` of `cpu_ns_per_s`: leaves first; a
+/// parent whose children all moved is a leaf in the next round, so a whole subtree can move
+/// at once. `moved` are the phases already moved.
+pub fn plan_moves(
+    phases: &[ResolvedPhase],
+    edges: &HashMap<(Option<u32>, u32), u64>,
+    moved: &[u32],
+    rates: Rates<'_>,
+    cpu_ns_per_s: f64,
+    budget_pct: f64,
+) -> Plan {
+    let mut moves: Vec<u32> = Vec::new();
+    loop {
+        let gone: Vec<u32> = moved.iter().chain(&moves).copied().collect();
+        let p = plan(
+            &loads(phases, edges, &gone, rates),
+            cpu_ns_per_s,
+            budget_pct,
+        );
+        let done = p.moves.is_empty() || p.fits;
+        moves.extend(p.moves);
+        if done {
+            return Plan {
+                moves,
+                projected_pct: p.projected_pct,
+                fits: p.fits,
+            };
+        }
     }
 }
 
@@ -146,60 +233,6 @@ impl<'a> Keeper<'a> {
         }
     }
 
-    /// What each phase still probed costs, and whether it may move: `measure = "auto"`, at
-    /// most [`ROOT_SHARE_MAX`] of its calls roots, and no child still probed (`gone` are the
-    /// phases moved, or about to).
-    fn loads(
-        &self,
-        edges: &std::collections::HashMap<(Option<u32>, u32), u64>,
-        gone: &[u32],
-        watch: &OverheadWatch,
-    ) -> Vec<PhaseLoad> {
-        let root_share = |id: u32| {
-            let (mut root, mut all) = (0u64, 0u64);
-            for ((parent, phase), calls) in edges {
-                if *phase == id {
-                    all += calls;
-                    if parent.is_none() {
-                        root += calls;
-                    }
-                }
-            }
-            // No completed call yet: a root stays.
-            if all == 0 {
-                return if edges.contains_key(&(None, id)) {
-                    1.0
-                } else {
-                    0.0
-                };
-            }
-            root as f64 / all as f64
-        };
-        let has_child = |id: u32| {
-            edges
-                .keys()
-                .any(|(p, c)| *p == Some(id) && !gone.contains(c))
-        };
-        self.phases
-            .iter()
-            .filter(|p| p.is_probed() && !gone.contains(&p.id))
-            .filter(|p| !self.moved.iter().any(|m| m.id == p.id))
-            .map(|p| PhaseLoad {
-                id: p.id,
-                name: p.phase.name.clone(),
-                calls_per_s: watch
-                    .phase_calls_per_s
-                    .get(p.id as usize)
-                    .copied()
-                    .unwrap_or(0.0),
-                pair_ns: watch.pair_ns(p.id),
-                movable: p.phase.measure == Measure::Auto
-                    && root_share(p.id) <= ROOT_SHARE_MAX
-                    && !has_child(p.id),
-            })
-            .collect()
-    }
-
     /// Whether what stays probed is live only part of each second.
     pub fn duty_cycling(&self) -> bool {
         self.duty.is_some()
@@ -271,30 +304,17 @@ impl<'a> Keeper<'a> {
              above --max-overhead {budget}%",
             watch.window_s
         );
-        // Leaves first; a parent whose children all moved is a leaf in the next round, so
-        // a whole subtree can move in one second.
-        let mut moves: Vec<u32> = Vec::new();
-        let (mut projected, mut fits);
-        loop {
-            let gone: Vec<u32> = self
-                .moved
-                .iter()
-                .map(|m| m.id)
-                .chain(moves.clone())
-                .collect();
-            let loads = self.loads(&edges, &gone, watch);
-            let p = plan(&loads, cpu, budget);
-            projected = p.projected_pct;
-            fits = p.fits;
-            if p.moves.is_empty() {
-                break;
-            }
-            moves.extend(p.moves);
-            if fits {
-                break;
-            }
-        }
-        let loads = self.loads(&edges, &[], watch);
+        let moved: Vec<u32> = self.moved.iter().map(|m| m.id).collect();
+        let rates = |id: u32| {
+            let calls = watch.phase_calls_per_s.get(id as usize).copied();
+            (calls.unwrap_or(0.0), watch.pair_ns(id))
+        };
+        let loads = loads(self.phases, &edges, &moved, &rates);
+        let Plan {
+            moves,
+            projected_pct: projected,
+            fits,
+        } = plan_moves(self.phases, &edges, &moved, &rates, cpu, budget);
         let mut said = Vec::new();
         if !moves.is_empty() {
             self.begin_switch(tracer);

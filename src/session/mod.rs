@@ -8,6 +8,7 @@ mod budget;
 mod child;
 mod costs;
 mod duty;
+mod estimate;
 mod guard;
 mod instances;
 mod late;
@@ -34,6 +35,7 @@ use crate::resolve::{self, ResolvedPhase, Scope, Status};
 use costs::{calibrated, RunCosts};
 
 pub use child::GatedChild;
+pub use estimate::{estimate, Estimate};
 pub use guard::check_loadable as check_unwind_guard;
 pub use outputs::{render_to, write_outputs, Kind as OutputKind};
 pub use trace_loop::{EndReason, Watch};

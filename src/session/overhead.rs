@@ -12,7 +12,7 @@ use wprof_common::PhaseCounters;
 use crate::attach::Tracer;
 
 /// Share of the traced processes' CPU time above which the first-second note is a warning.
-const WARN_PCT: f64 = 5.0;
+pub(super) const WARN_PCT: f64 = 5.0;
 
 /// How often the overhead is measured.
 const EVERY: Duration = Duration::from_secs(1);
@@ -57,7 +57,10 @@ impl OverheadWatch {
         OverheadWatch {
             hit_ns: pair_ns.into_iter().map(|p| p / 2.0).collect(),
             budget_pct,
-            last_cpu: pids.iter().filter_map(|&p| Some((p, cpu_ns(p)?))).collect(),
+            last_cpu: pids
+                .iter()
+                .filter_map(|&p| Some((p, process_cpu_ns(p)?)))
+                .collect(),
             last: Instant::now(),
             last_hits: vec![0; n],
             floor: Duration::ZERO,
@@ -110,7 +113,7 @@ impl OverheadWatch {
         all.dedup();
         let mut used = 0u64;
         for pid in all {
-            match cpu_ns(pid) {
+            match process_cpu_ns(pid) {
                 Some(now) => {
                     let before = self.last_cpu.insert(pid, now).unwrap_or(0);
                     used += now.saturating_sub(before);
@@ -195,7 +198,7 @@ pub(super) fn unmatched_by_phase(tracer: &mut Tracer, n: usize) -> Vec<u64> {
 }
 
 /// Entry + return hits per phase id so far.
-fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
+pub(super) fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
     let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {
         return vec![0; n];
     };
@@ -213,7 +216,7 @@ fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
 }
 
 /// User + system CPU time of a process (all its threads), ns; None once it is gone.
-fn cpu_ns(pid: u32) -> Option<u64> {
+pub(super) fn process_cpu_ns(pid: u32) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
