@@ -167,6 +167,12 @@ pub struct TraceArgs {
     /// 2% of the time is too much does wprof detach (cleanly, outputs written, exit 5).
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub max_overhead: Option<f64>,
+    /// Check the probe correction where the probes run: every 2 s, for 0.25 s, only the
+    /// roots' probes are live; the roots' calls then, against those made with every probe
+    /// live, give what their descendants' probes really cost, and the correction is scaled to
+    /// it (footer and JSON `in_situ`). Per-event aggregation only; not with --max-overhead.
+    #[arg(long, conflicts_with = "max_overhead")]
+    pub in_situ: bool,
     /// Skip measuring the probes' cost on this host before attaching: times are then not
     /// corrected, and the cost figures are the fixed estimates.
     #[arg(long)]
@@ -211,6 +217,7 @@ impl TraceArgs {
                 self.interval.is_some() || self.snapshots.is_some(),
                 "--interval/--snapshots (figures during the run)",
             ),
+            (self.in_situ, "--in-situ (root calls by epoch)"),
         ]
         .into_iter()
         .filter_map(|(on, what)| on.then_some(what))

@@ -233,6 +233,8 @@ pub struct Run {
     /// The tree twice, over the root calls that contained a phase and over the others
     /// (`--split-by`).
     pub split: Option<SplitTrees>,
+    /// What the in-situ check found per root phase (`--in-situ`); empty otherwise.
+    pub in_situ: Vec<crate::aggregate::insitu::InSituCheck>,
 }
 
 impl Run {

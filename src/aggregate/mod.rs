@@ -11,6 +11,7 @@
 
 mod calls;
 mod histogram;
+pub mod insitu;
 pub mod sampled;
 pub mod split;
 pub mod stacks;

@@ -151,6 +151,9 @@ pub struct Aggregator {
     split: Option<Splitter>,
     /// Grouped nodes (`group_by`): the folded string each stands for.
     keys: NodeMap<String>,
+    /// The in-situ check's light epochs (`--in-situ`): root calls that began in one are kept
+    /// there, not in the tree.
+    light: Option<super::insitu::LightEpochs>,
 }
 
 /// One node's cumulative figures at a point of a run (`--interval` snapshots).
@@ -367,6 +370,19 @@ impl Aggregator {
                 self.skipped += 1;
                 return;
             }
+            if let Some(l) = self
+                .light
+                .as_mut()
+                .filter(|l| ev.depth == 0 && l.contains(ev.start_ns))
+            {
+                let own = self.own_probe_ns.as_deref();
+                l.add(
+                    ev,
+                    own.and_then(|o| o.get(ev.phase as usize).copied())
+                        .unwrap_or(0),
+                );
+                return;
+            }
             if let Some(c) = &mut self.calls {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
             }
@@ -551,6 +567,21 @@ impl Aggregator {
             .map(|s| s.hist.value_at_quantile(0.99))
             .max()
             .unwrap_or(0)
+    }
+
+    /// Keeps the root calls that begin in light epochs apart (the in-situ check).
+    pub fn track_light_epochs(&mut self) {
+        self.light.get_or_insert_with(Default::default);
+    }
+
+    /// The in-situ check's light epochs, when tracked.
+    pub fn light_epochs(&mut self) -> Option<&mut super::insitu::LightEpochs> {
+        self.light.as_mut()
+    }
+
+    /// Takes the light epochs and their calls out (before the tree is finished).
+    pub fn take_light_epochs(&mut self) -> Option<super::insitu::LightEpochs> {
+        self.light.take()
     }
 
     /// Events added so far.

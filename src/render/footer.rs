@@ -155,6 +155,25 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         ));
     }
 
+    for c in &run.in_situ {
+        out.push_str(&format!(
+            "in-situ check: {}: {} calls with only its own probes live, {}; {} with every probe \
+             live: its descendants' probes cost {} a call here (±{}), the calibration said {}: {}\n",
+            c.name,
+            c.light_calls,
+            format_ns(c.light_mean_ns),
+            format_ns(c.full_mean_ns),
+            format_ns(c.in_situ_ns),
+            format_ns(c.error_ns),
+            format_ns(c.calibrated_ns),
+            if c.applied() {
+                format!("the correction under it is scaled ×{:.2}", c.factor)
+            } else {
+                "they agree within two standard errors, the correction stands".to_string()
+            }
+        ));
+    }
+
     let c = &run.counters;
     out.push_str(&format!(
         "events {} · lost spans {} · lost node defs {} · orphan spans {} · unmatched returns {} · \

@@ -278,6 +278,7 @@ pub fn sample_run() -> Run {
         off_cpu: None,
         processes: Vec::new(),
         split: None,
+        in_situ: Vec::new(),
     }
 }
 

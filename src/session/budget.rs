@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use super::duty::{self, fraction_for, DutyCycle, Switch};
+use super::insitu::{Epochs, Step};
 use super::overhead::{unmatched_by_phase, OverheadWatch};
 use super::trace_loop::EndReason;
 use crate::aggregate::Aggregator;
@@ -53,26 +54,7 @@ pub fn loads(
     gone: &[u32],
     rates: Rates<'_>,
 ) -> Vec<PhaseLoad> {
-    let root_share = |id: u32| {
-        let (mut root, mut all) = (0u64, 0u64);
-        for ((parent, phase), calls) in edges {
-            if *phase == id {
-                all += calls;
-                if parent.is_none() {
-                    root += calls;
-                }
-            }
-        }
-        // No completed call yet: a root stays.
-        if all == 0 {
-            return if edges.contains_key(&(None, id)) {
-                1.0
-            } else {
-                0.0
-            };
-        }
-        root as f64 / all as f64
-    };
+    let root_share = |id: u32| root_share(edges, id);
     let has_child = |id: u32| {
         edges
             .keys()
@@ -94,6 +76,28 @@ pub fn loads(
             }
         })
         .collect()
+}
+
+/// The share of phase `id`'s completed calls that were roots of the tree (`edges`, from
+/// `Aggregator::phase_edges`); 1 for a root with no completed call yet.
+pub fn root_share(edges: &HashMap<(Option<u32>, u32), u64>, id: u32) -> f64 {
+    let (mut root, mut all) = (0u64, 0u64);
+    for ((parent, phase), calls) in edges {
+        if *phase == id {
+            all += calls;
+            if parent.is_none() {
+                root += calls;
+            }
+        }
+    }
+    if all == 0 {
+        return if edges.contains_key(&(None, id)) {
+            1.0
+        } else {
+            0.0
+        };
+    }
+    root as f64 / all as f64
 }
 
 /// Every phase to move so the rest fits `budget_pct` of `cpu_ns_per_s`: leaves first; a
@@ -188,6 +192,11 @@ pub fn plan(loads: &[PhaseLoad], cpu_ns_per_s: f64, budget_pct: f64) -> Plan {
 /// that is also reached outside its usual parent, e.g. PostgreSQL's XLogInsert).
 const ROOT_SHARE_MAX: f64 = 0.1;
 
+/// A light epoch (`--in-situ`) keeps the probes of the phases mostly called as roots, and takes
+/// off every other: a phase also reached as a root elsewhere (a flush thread's file writes)
+/// would otherwise stay live inside the roots it is a descendant of.
+const LIGHT_ROOT_SHARE_MAX: f64 = 0.5;
+
 /// How long probes taken off keep their return probes after their entry probes, so the calls
 /// in flight return meanwhile: twice the slowest p99 of the phases, within these bounds.
 /// Every call that begins meanwhile still traps on its return: kept short for hot phases.
@@ -217,6 +226,9 @@ pub struct Keeper<'a> {
     excused: Vec<u64>,
     /// Unmatched returns per phase when the last switch began, and when it ended.
     mark: Option<(Vec<u64>, Instant)>,
+    /// The in-situ check's epochs (`--in-situ`), and the phases a light epoch takes off.
+    epochs: Option<Epochs>,
+    light_phases: Vec<u32>,
 }
 
 impl<'a> Keeper<'a> {
@@ -230,7 +242,15 @@ impl<'a> Keeper<'a> {
             duty_after: Duration::ZERO,
             excused: vec![0; phases.iter().map(|p| p.id as usize + 1).max().unwrap_or(0)],
             mark: None,
+            epochs: None,
+            light_phases: Vec::new(),
         }
+    }
+
+    /// Also runs the in-situ check's epochs (`--in-situ`).
+    pub fn with_in_situ(mut self) -> Keeper<'a> {
+        self.epochs = Some(Epochs::start());
+        self
     }
 
     /// Whether what stays probed is live only part of each second.
@@ -248,7 +268,7 @@ impl<'a> Keeper<'a> {
     }
 
     /// Call after every drain: runs the duty cycle and settles the excused returns.
-    pub fn poll(&mut self, tracer: &mut Tracer, agg: &Aggregator) {
+    pub fn poll(&mut self, tracer: &mut Tracer, agg: &mut Aggregator) {
         if let Some((before, at)) = &self.mark {
             if at.elapsed() >= EXCUSE_WINDOW {
                 let now = unmatched_by_phase(tracer, self.excused.len());
@@ -258,6 +278,7 @@ impl<'a> Keeper<'a> {
                 self.mark = None;
             }
         }
+        self.step_epochs(tracer, agg);
         let Some(switch) = self.duty.as_mut().and_then(DutyCycle::poll) else {
             return;
         };
@@ -270,6 +291,43 @@ impl<'a> Keeper<'a> {
         self.end_switch();
         if let Err(e) = done {
             eprintln!("wprof: warning: duty cycle: {e:#}");
+        }
+    }
+
+    /// The in-situ epochs: a light one takes off every probed phase not mostly a root.
+    fn step_epochs(&mut self, tracer: &mut Tracer, agg: &mut Aggregator) {
+        let Some(step) = self.epochs.as_mut().and_then(Epochs::poll) else {
+            return;
+        };
+        let done = match step {
+            Step::GoLight => {
+                let edges = agg.phase_edges();
+                self.light_phases = self
+                    .probed()
+                    .into_iter()
+                    .filter(|id| root_share(&edges, *id) <= LIGHT_ROOT_SHARE_MAX)
+                    .collect();
+                self.begin_switch(tracer);
+                let wait = settle(agg, &self.light_phases);
+                let done = tracer.detach_phases(&self.light_phases, wait);
+                self.end_switch();
+                if let Some(l) = agg.light_epochs() {
+                    l.begin(super::monotonic_ns());
+                }
+                done.map(|_| ())
+            }
+            Step::GoFull => {
+                if let Some(l) = agg.light_epochs() {
+                    l.end(super::monotonic_ns());
+                }
+                self.begin_switch(tracer);
+                let done = tracer.reattach_phases(&self.light_phases);
+                self.end_switch();
+                done
+            }
+        };
+        if let Err(e) = done {
+            eprintln!("wprof: warning: in-situ epochs: {e:#}");
         }
     }
 

@@ -10,6 +10,7 @@ mod costs;
 mod duty;
 mod estimate;
 mod guard;
+mod insitu;
 mod instances;
 mod late;
 mod outputs;
@@ -280,7 +281,7 @@ fn sample_for_phases(profile: &Profile, t: &mut TraceArgs) {
 /// With `--max-overhead`, gives every probed phase links of its own: the budget may move it
 /// to sampling, or have it live only part of each second.
 fn movable_links(tracer: &mut Tracer, phases: &[ResolvedPhase], t: &TraceArgs) {
-    if t.max_overhead.is_some() {
+    if t.max_overhead.is_some() || t.in_situ {
         tracer.keep_phase_links(phases.iter().filter(|p| p.is_probed()).map(|p| p.id));
     }
 }
@@ -448,6 +449,9 @@ fn run(
     if t.per_pid {
         agg.track_per_pid();
     }
+    if t.in_situ {
+        agg.track_light_epochs();
+    }
     agg.count_units(unit_specs(profile));
     if let Some(phase) = split_phase(profile, t)? {
         agg.split_by(phase);
@@ -469,7 +473,11 @@ fn run(
         late,
         auto,
         switched: false,
-        keeper: budget::Keeper::new(phases),
+        keeper: if t.in_situ {
+            budget::Keeper::new(phases).with_in_situ()
+        } else {
+            budget::Keeper::new(phases)
+        },
         overhead: overhead::OverheadWatch::new(
             phases
                 .iter()
@@ -622,13 +630,13 @@ impl trace_loop::Hooks for RunHooks<'_> {
         }
     }
 
-    fn tick(&mut self, agg: &Aggregator, traced: Vec<u32>) -> Option<EndReason> {
+    fn tick(&mut self, agg: &mut Aggregator, traced: Vec<u32>) -> Option<EndReason> {
         self.tracer.jitter_sampling();
         self.keeper.poll(self.tracer, agg);
         let over = self.overhead.tick(self.tracer, traced.into_iter());
         self.maybe_switch();
         let pct = over?;
-        let end = self.keeper.over(self.tracer, &self.overhead, pct, agg);
+        let end = self.keeper.over(self.tracer, &self.overhead, pct, &*agg);
         if self.keeper.duty_cycling() {
             self.overhead.measure_every(duty::CYCLE);
         }
@@ -701,6 +709,7 @@ fn build_run(
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
     let events = agg.events();
     let skipped_spans = agg.skipped();
+    let light = agg.take_light_epochs();
     let mut split = agg.finish_split(&names, &roles);
     let (mut tree, calls, spans, per_pid) = agg.finish_all(&names, &roles, &end.nodes);
     let calibration = costs
@@ -719,6 +728,14 @@ fn build_run(
         RunCosts::error_per_hit_ns(&errors, &hits_by_phase) * factor
     });
     costs::state_errors(&mut tree, error_per_hit);
+    let in_situ = match (&light, costs.own_ns()) {
+        (Some(l), Some(own)) => {
+            let checks = crate::aggregate::insitu::check(&tree, l, &own, &names);
+            crate::aggregate::insitu::apply(&mut tree, &checks, &own, l);
+            checks
+        }
+        _ => Vec::new(),
+    };
     graft_sampled(&mut tree, &sampled, phases);
     if let Some(s) = &mut split {
         costs::state_errors(&mut s.with, error_per_hit);
@@ -885,6 +902,7 @@ fn build_run(
         off_cpu,
         processes,
         split,
+        in_situ,
     }
 }
 

@@ -147,7 +147,7 @@ pub trait Hooks {
     fn maps_changed(&mut self, pid: u32, at_ns: u64);
     /// Called after every drain with the tree so far and the traced processes; Some(reason)
     /// ends the run.
-    fn tick(&mut self, agg: &Aggregator, traced: Vec<u32>) -> Option<EndReason>;
+    fn tick(&mut self, agg: &mut Aggregator, traced: Vec<u32>) -> Option<EndReason>;
 }
 
 /// Reads events into `agg` until `watch` says the run is over.

@@ -1,0 +1,121 @@
+//! `--in-situ`: light epochs with only the roots' probes live measure what the descendants'
+//! probes really cost the roots, and the correction is scaled to it. Ground truth: the C
+//! fixture's own mean write time, untraced, in the same test. Privileged: real probes.
+
+mod common;
+
+use common::*;
+
+/// 13 µs writes of seven nested phases: the descendants' probes are most of a traced write.
+const SHORT: &[&str] = &[
+    "--write-us",
+    "3",
+    "--encode-us",
+    "1",
+    "--persist-us",
+    "1",
+    "--compress-us",
+    "1",
+    "--flush-us",
+    "2",
+    "--wal-us",
+    "1",
+    "--sync-us",
+    "4",
+];
+
+/// The fixture's `write_mean_ns` from its result line.
+fn write_mean_ns(stdout: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(stdout);
+    text.split_whitespace()
+        .find_map(|f| f.strip_prefix("write_mean_ns="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no write_mean_ns in {text}"))
+}
+
+#[test]
+fn light_epochs_check_the_correction_and_lose_no_call() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let n = 300_000u64;
+    let iterations = n.to_string();
+    let untraced = run(std::process::Command::new(fixture("writepath"))
+        .args(["--iterations", &iterations])
+        .args(SHORT));
+    assert!(untraced.status.success(), "{}", text(&untraced));
+    let truth = write_mean_ns(&untraced.stdout);
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let out = run(wprof()
+        .args(["record", "--target", "fixture", "--in-situ", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", &iterations])
+        .args(SHORT));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let run = read_json(&json);
+    let checks = run["in_situ"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no in_situ: {}", text(&out)));
+    let c = checks
+        .iter()
+        .find(|c| c["name"] == "write_record")
+        .unwrap_or_else(|| panic!("no check of write_record: {checks:?}"));
+    let root = node(&run, &["write_record"]);
+    // Every write is counted once: in the tree, or as a light-epoch call.
+    assert_eq!(u(root, "count") + u(c, "light_calls"), n, "{c}");
+    assert!(u(c, "light_calls") >= 1000, "{c}");
+    for k in ["unmatched_returns", "abandoned"] {
+        assert_eq!(u(&run["counters"], k), 0, "{k}: {}", summary(&run));
+    }
+    // The root's time without its descendants' probes, against the fixture's own untraced
+    // figure (its spins are exact to the clock; the root's own probes still add ~0.6 µs).
+    let light = c["light_mean_ns"].as_f64().expect("light mean");
+    let corrected = root["corrected"]["mean_ns"]
+        .as_f64()
+        .expect("corrected mean");
+    for (what, v) in [("light mean", light), ("corrected mean", corrected)] {
+        assert!(
+            (v - truth).abs() <= truth * 0.10,
+            "{what} {v:.0} ns against {truth:.0} ns untraced: {c}"
+        );
+    }
+    let report = run_report(&json);
+    assert!(report.contains("in-situ check: write_record:"), "{report}");
+}
+
+fn run_report(json: &std::path::Path) -> String {
+    let out = run(wprof().arg("report").arg(json));
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn in_situ_needs_every_call() {
+    let out = run(wprof().args([
+        "record",
+        "--target",
+        "fixture",
+        "--in-situ",
+        "--aggregate",
+        "kernel",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("--in-situ"), "{}", text(&out));
+    let out = run(wprof().args([
+        "record",
+        "--target",
+        "fixture",
+        "--in-situ",
+        "--max-overhead",
+        "5",
+        "--",
+        "true",
+    ]));
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
