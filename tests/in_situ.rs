@@ -6,24 +6,6 @@ mod common;
 
 use common::*;
 
-/// 13 µs writes of seven nested phases: the descendants' probes are most of a traced write.
-const SHORT: &[&str] = &[
-    "--write-us",
-    "3",
-    "--encode-us",
-    "1",
-    "--persist-us",
-    "1",
-    "--compress-us",
-    "1",
-    "--flush-us",
-    "2",
-    "--wal-us",
-    "1",
-    "--sync-us",
-    "4",
-];
-
 /// The fixture's `write_mean_ns` from its result line.
 fn write_mean_ns(stdout: &[u8]) -> f64 {
     let text = String::from_utf8_lossy(stdout);
@@ -43,7 +25,7 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
     let iterations = n.to_string();
     let untraced = run(std::process::Command::new(fixture("writepath"))
         .args(["--iterations", &iterations])
-        .args(SHORT));
+        .args(SHORT_SPINS));
     assert!(untraced.status.success(), "{}", text(&untraced));
     let truth = write_mean_ns(&untraced.stdout);
     let dir = tempdir();
@@ -54,7 +36,7 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
         .arg("--")
         .arg(fixture("writepath"))
         .args(["--iterations", &iterations])
-        .args(SHORT));
+        .args(SHORT_SPINS));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let run = read_json(&json);
     let checks = run["in_situ"]

@@ -159,24 +159,6 @@ fn within_budget_runs_to_the_end() {
     assert_eq!(u(node(&run, &["write_record"]), "count"), 400);
 }
 
-/// Self times (µs) of the budget test's writes: 13 µs a write, every phase hot and short.
-const SHORT: &[&str] = &[
-    "--write-us",
-    "3",
-    "--encode-us",
-    "1",
-    "--persist-us",
-    "1",
-    "--compress-us",
-    "1",
-    "--flush-us",
-    "2",
-    "--wal-us",
-    "1",
-    "--sync-us",
-    "4",
-];
-
 #[test]
 fn over_budget_moves_hot_leaves_to_sampling_and_keeps_the_root_exact() {
     if !bpf_available() {
@@ -201,7 +183,7 @@ fn over_budget_moves_hot_leaves_to_sampling_and_keeps_the_root_exact() {
         .arg("--")
         .arg(fixture("writepath"))
         .args(["--iterations", "150000"])
-        .args(SHORT));
+        .args(SHORT_SPINS));
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("moved to CPU sampling:"), "{stderr}");
@@ -294,7 +276,7 @@ fn probes_estimate_measures_each_phase_and_says_what_the_budget_would_move() {
     let _g = bpf_lock();
     let before = wprof_program_ids();
     let mut args = vec!["--wait", "--iterations", "2000000"];
-    args.extend_from_slice(SHORT);
+    args.extend_from_slice(SHORT_SPINS);
     let mut fx = spawn_waiting(&fixture("writepath"), &args);
     release(&mut fx);
     let out = run(wprof()

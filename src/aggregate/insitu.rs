@@ -90,8 +90,9 @@ impl LightEpochs {
     }
 }
 
-/// What the in-situ check found for one root phase.
-#[derive(Debug, Clone, PartialEq)]
+/// What the in-situ check found for one root phase (written to and read from the run's JSON
+/// as it is: docs/json.md, "in_situ").
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InSituCheck {
     /// Root phase id.
     pub phase: u32,

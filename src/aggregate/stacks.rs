@@ -130,6 +130,16 @@ pub trait FrameNamer {
     fn kernel_frames(&mut self, stack: &[u64]) -> Vec<String>;
 }
 
+/// The addresses of stack `id` (innermost first); empty for none (a negative id: no stack
+/// was taken) or one the map no longer holds.
+pub fn stack_of(stacks: &HashMap<u32, Vec<u64>>, id: i32) -> &[u64] {
+    u32::try_from(id)
+        .ok()
+        .and_then(|id| stacks.get(&id))
+        .map(Vec::as_slice)
+        .unwrap_or(&[])
+}
+
 /// Whether a sample's kernel frames (named) are the kernel handling a uprobe: the probes'
 /// time, not the program's.
 pub fn in_uprobe_handling(kernel_frames: &[String]) -> bool {
@@ -148,13 +158,7 @@ pub fn fold<'n>(
     namer: &mut dyn FrameNamer,
 ) -> Vec<FoldedStack> {
     let mut folded: BTreeMap<String, u64> = BTreeMap::new();
-    let lookup = |id: i32| {
-        u32::try_from(id)
-            .ok()
-            .and_then(|id| stacks.get(&id))
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-    };
+    let lookup = |id: i32| stack_of(stacks, id);
     for (key, &weight) in &counts.weights {
         let mut frames: Vec<String> = if key.node == 0 {
             vec![OUTSIDE_PHASES.to_string()]

@@ -434,24 +434,29 @@ impl Tracer {
             if i == 1 && !group.is_empty() {
                 std::thread::sleep(settle);
             }
-            let mut owned = Vec::with_capacity(group.len());
-            for (id, prog, link) in group {
-                owned.push(
-                    self.program(prog)?
-                        .take_link(link)
-                        .with_context(|| format!("detach the probes of phase {id}"))?,
-                );
-            }
-            // Each link's release waits for the kernel's uprobe grace period (~100 ms on
-            // these VMs): released one by one, a paused profile's returns kept firing for
-            // seconds after its entries. Released together, they wait one period.
-            std::thread::scope(|s| {
-                for link in owned {
-                    s.spawn(move || drop(link));
-                }
-            });
+            self.release(group)?;
         }
         Ok(detached)
+    }
+
+    /// Releases links, all at once: each release waits for the kernel's uprobe grace period
+    /// (~0.1-0.3 s on these VMs); one by one, a paused profile's returns kept firing for
+    /// seconds after its entries. Released together, they wait about one period.
+    fn release(&mut self, links: Vec<(u32, &'static str, UProbeLinkId)>) -> Result<()> {
+        let mut owned = Vec::with_capacity(links.len());
+        for (id, prog, link) in links {
+            owned.push(
+                self.program(prog)?
+                    .take_link(link)
+                    .with_context(|| format!("detach the probes of phase {id}"))?,
+            );
+        }
+        std::thread::scope(|s| {
+            for link in owned {
+                s.spawn(move || drop(link));
+            }
+        });
+        Ok(())
     }
 
     /// Pauses these phases' probes (a duty cycle): BPF stops first, then every link comes off
@@ -464,21 +469,14 @@ impl Tracer {
             return self.detach_phases(ids, settle).map(|_| ());
         }
         self.set_config(wprof_common::config::STOPPED, 1)?;
-        let mut owned = Vec::new();
-        for id in ids {
-            for (prog, link) in self.phase_links.remove(id).unwrap_or_default() {
-                owned.push(
-                    self.program(prog)?
-                        .take_link(link)
-                        .with_context(|| format!("pause the probes of phase {id}"))?,
-                );
-            }
-        }
-        std::thread::scope(|s| {
-            for link in owned {
-                s.spawn(move || drop(link));
-            }
-        });
+        let links = ids
+            .iter()
+            .flat_map(|id| {
+                let links = self.phase_links.remove(id).unwrap_or_default();
+                links.into_iter().map(move |(prog, link)| (*id, prog, link))
+            })
+            .collect();
+        self.release(links)?;
         // Calls open now can no longer return through a probe.
         let mut stacks: aya::maps::HashMap<_, u64, wprof_common::ThreadStack> =
             aya::maps::HashMap::try_from(

@@ -53,7 +53,7 @@ pub fn to_json(run: &Run) -> serde_json::Value {
             unattributed_spans: s.unattributed_spans,
             oversized_roots: s.oversized_roots,
         }),
-        in_situ: run.in_situ.iter().map(InSituJ::from).collect(),
+        in_situ: run.in_situ.clone(),
     };
     // Serializing these structs cannot fail: every map key is a string and there are no
     // custom Serialize impls (non-finite floats become null rather than errors).
@@ -178,7 +178,7 @@ pub fn from_json(text: &str) -> Result<Run> {
             }),
             None => None,
         },
-        in_situ: doc.in_situ.into_iter().map(InSituCheck::from).collect(),
+        in_situ: doc.in_situ,
     })
 }
 
@@ -208,56 +208,7 @@ struct Doc {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     split: Option<SplitJ>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    in_situ: Vec<InSituJ>,
-}
-
-/// What the in-situ check found for a root phase (docs/json.md, "in_situ").
-#[derive(Serialize, Deserialize)]
-struct InSituJ {
-    phase: u32,
-    name: String,
-    light_calls: u64,
-    light_mean_ns: f64,
-    full_calls: u64,
-    full_mean_ns: f64,
-    calibrated_ns: f64,
-    in_situ_ns: f64,
-    error_ns: f64,
-    factor: f64,
-}
-
-impl From<&InSituCheck> for InSituJ {
-    fn from(c: &InSituCheck) -> Self {
-        InSituJ {
-            phase: c.phase,
-            name: c.name.clone(),
-            light_calls: c.light_calls,
-            light_mean_ns: c.light_mean_ns,
-            full_calls: c.full_calls,
-            full_mean_ns: c.full_mean_ns,
-            calibrated_ns: c.calibrated_ns,
-            in_situ_ns: c.in_situ_ns,
-            error_ns: c.error_ns,
-            factor: c.factor,
-        }
-    }
-}
-
-impl From<InSituJ> for InSituCheck {
-    fn from(c: InSituJ) -> Self {
-        InSituCheck {
-            phase: c.phase,
-            name: c.name,
-            light_calls: c.light_calls,
-            light_mean_ns: c.light_mean_ns,
-            full_calls: c.full_calls,
-            full_mean_ns: c.full_mean_ns,
-            calibrated_ns: c.calibrated_ns,
-            in_situ_ns: c.in_situ_ns,
-            error_ns: c.error_ns,
-            factor: c.factor,
-        }
-    }
+    in_situ: Vec<InSituCheck>,
 }
 
 /// The tree split by a phase (`--split-by`): the root calls that contained it, the others.

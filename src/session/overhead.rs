@@ -181,24 +181,16 @@ impl OverheadWatch {
 
 /// Returns so far that matched no open call, per phase id below `n`.
 pub(super) fn unmatched_by_phase(tracer: &mut Tracer, n: usize) -> Vec<u64> {
-    let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {
-        return vec![0; n];
-    };
-    let Ok(counters) = PerCpuArray::<_, PhaseCounters>::try_from(map) else {
-        return vec![0; n];
-    };
-    (0..n as u32)
-        .map(|i| {
-            counters
-                .get(&i, 0)
-                .map(|v| v.iter().map(|c| c.unmatched_returns).sum())
-                .unwrap_or(0)
-        })
-        .collect()
+    per_phase(tracer, n, |c| c.unmatched_returns)
 }
 
 /// Entry + return hits per phase id so far.
 pub(super) fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
+    per_phase(tracer, n, |c| c.entries + c.returns)
+}
+
+/// One figure of BPF's per-phase counters, summed over the CPUs, per phase id below `n`.
+fn per_phase(tracer: &mut Tracer, n: usize, figure: impl Fn(&PhaseCounters) -> u64) -> Vec<u64> {
     let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {
         return vec![0; n];
     };
@@ -209,7 +201,7 @@ pub(super) fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
         .map(|i| {
             counters
                 .get(&i, 0)
-                .map(|v| v.iter().map(|c| c.entries + c.returns).sum())
+                .map(|v| v.iter().map(&figure).sum())
                 .unwrap_or(0)
         })
         .collect()

@@ -12,7 +12,8 @@ use wprof_common::{counter, MAX_PENDING_RETURNS};
 
 use crate::aggregate::sampled::SampledCounts;
 use crate::aggregate::stacks::{
-    fold, in_uprobe_handling, profile, FrameNamer, StackAggregator, StackCounts, UPROBE_HANDLING,
+    fold, in_uprobe_handling, profile, stack_of, FrameNamer, StackAggregator, StackCounts,
+    UPROBE_HANDLING,
 };
 use crate::aggregate::Aggregator;
 use crate::attach::Tracer;
@@ -241,13 +242,7 @@ fn count_sampled(
         return out;
     }
     let is_sampled = |n: &str| sampled.iter().any(|s| s == n);
-    let lookup = |id: i32| {
-        u32::try_from(id)
-            .ok()
-            .and_then(|id| stacks.get(&id))
-            .map(Vec::as_slice)
-            .unwrap_or(&[])
-    };
+    let lookup = |id: i32| stack_of(stacks, id);
     for (key, &weight) in &counts.weights {
         if in_uprobe_handling(&namer.kernel_frames(lookup(key.kernel_stack))) {
             continue;

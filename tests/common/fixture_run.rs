@@ -18,6 +18,26 @@ pub const WRITE_PATH: &[&[&str]] = &[
 
 /// Every spin of the C fixture at 0: a write is ~0.4 µs of work and 7 probed calls, so the
 /// probes dominate (storms, overhead budgets, cost benchmarks).
+/// Short phase times (µs; a 13 µs write of seven nested phases, each called once a write):
+/// hot enough that every phase probed costs ~40% of the CPU here. Commanded self times:
+/// write 3, encode 1, persist 1, compress 1, flush 2, wal 1, sync 4.
+pub const SHORT_SPINS: &[&str] = &[
+    "--write-us",
+    "3",
+    "--encode-us",
+    "1",
+    "--persist-us",
+    "1",
+    "--compress-us",
+    "1",
+    "--flush-us",
+    "2",
+    "--wal-us",
+    "1",
+    "--sync-us",
+    "4",
+];
+
 pub const ZERO_SPINS: &[&str] = &[
     "--write-us",
     "0",
