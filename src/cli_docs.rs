@@ -43,7 +43,7 @@ pub fn man(dir: Option<&Path>) -> Result<i32> {
             std::fs::create_dir_all(d).with_context(|| format!("create {}", d.display()))?;
             for (name, text) in &pages {
                 let path = d.join(name);
-                std::fs::write(&path, text).with_context(|| format!("write {}", path.display()))?;
+                crate::output_file::write(&path, text)?;
             }
         }
     }

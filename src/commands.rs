@@ -2,7 +2,7 @@
 
 use std::io::Write;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat, ResolveArgs, TargetArgs};
 use crate::error::WprofError;
@@ -278,9 +278,7 @@ pub fn export(a: ExportArgs) -> Result<i32> {
         crate::export::perf_probe(&profile, &phases)?
     };
     match &a.output {
-        Some(path) => {
-            std::fs::write(path, text).with_context(|| format!("write {}", path.display()))?
-        }
+        Some(path) => crate::output_file::write(path, text.as_bytes())?,
         None => crate::stdout::print(&text)?,
     }
     Ok(0)
@@ -349,7 +347,7 @@ pub fn report(a: ReportArgs) -> Result<i32> {
             text.push_str(&tail::first_report(&run, n));
         }
         match &a.output {
-            Some(p) => std::fs::write(p, text).with_context(|| format!("write {}", p.display()))?,
+            Some(p) => crate::output_file::write(p, text.as_bytes())?,
             None => crate::stdout::print(&text)?,
         }
         return Ok(0);
@@ -370,7 +368,7 @@ pub fn report(a: ReportArgs) -> Result<i32> {
     let mut buf = Vec::new();
     session::render_to(&run, kind, &mut buf)?;
     match &a.output {
-        Some(p) => std::fs::write(p, &buf).with_context(|| format!("write {}", p.display()))?,
+        Some(p) => crate::output_file::write(p, &buf)?,
         None => crate::stdout::Stdout.write_all(&buf)?,
     }
     Ok(0)

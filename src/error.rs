@@ -47,3 +47,41 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
         _ => exit::RUNTIME,
     }
 }
+
+/// Longest line of an error message shown: a parser quoting a 300 KB line of a hostile file
+/// must not flood the terminal.
+const MAX_ERROR_LINE: usize = 1_000;
+
+/// `message` with every line longer than [`MAX_ERROR_LINE`] cut, saying how much was left out.
+pub fn readable(message: &str) -> String {
+    message
+        .lines()
+        .map(|l| {
+            if l.len() <= MAX_ERROR_LINE {
+                return l.to_string();
+            }
+            let mut cut = MAX_ERROR_LINE;
+            while !l.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            format!("{}… ({} more bytes)", &l[..cut], l.len() - cut)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod readable_tests {
+    #[test]
+    fn long_lines_are_cut_and_say_so() {
+        let long = "é".repeat(800); // 1,600 bytes
+        let out = super::readable(&format!("short\n{long}"));
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines[0], "short");
+        assert!(
+            lines[1].len() < 1_100 && lines[1].ends_with("(600 more bytes)"),
+            "{}",
+            lines[1]
+        );
+    }
+}

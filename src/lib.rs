@@ -17,6 +17,7 @@ pub mod doctor;
 pub mod error;
 pub mod export;
 pub mod model;
+pub mod output_file;
 pub mod privilege;
 pub mod probe_cost;
 pub mod profile;

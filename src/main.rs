@@ -33,7 +33,7 @@ fn main() {
     match result {
         Ok(code) => std::process::exit(code),
         Err(e) => {
-            eprintln!("wprof: {e:#}");
+            eprintln!("wprof: {}", error::readable(&format!("{e:#}")));
             std::process::exit(error::exit_code(&e));
         }
     }

@@ -242,3 +242,38 @@ fn hostile_paths_and_names_cannot_inject_into_the_generated_scripts() {
         "{bt}"
     );
 }
+
+/// Issue 17, item 6: every file wprof writes (here `export -o` and `man --dir`; `report -o`,
+/// compare's and check's outputs and `--snapshots` share the same code) replaces a symlink
+/// planted at its path instead of writing through it, as run outputs already did.
+#[test]
+fn written_files_replace_a_planted_symlink_instead_of_following_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempdir();
+    // A world-writable directory with a sticky bit, as /tmp.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let link = dir.path().join("probes.bt");
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let out = run(wprof()
+        .args(["export", "--bpftrace", "--target", "fixture", "--binary"])
+        .arg(fixture("writepath"))
+        .arg("-o")
+        .arg(&link));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    let meta = std::fs::symlink_metadata(&link).unwrap();
+    assert!(meta.file_type().is_file(), "{link:?} is still a symlink");
+    assert!(std::fs::read_to_string(&link).unwrap().contains("uprobe:"));
+
+    let man = dir.path().join("man");
+    std::fs::create_dir(&man).unwrap();
+    std::os::unix::fs::symlink(&victim, man.join("wprof.1")).unwrap();
+    let out = run(wprof().arg("man").arg("--dir").arg(&man));
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    assert!(std::fs::symlink_metadata(man.join("wprof.1"))
+        .unwrap()
+        .is_file());
+}

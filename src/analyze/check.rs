@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::aggregate::{new_histogram, CallRow, LatencyHistogram, TreeNode};
 use crate::args::CheckArgs;
@@ -593,7 +593,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         let doc = verdicts_json(&a.run, a.base.as_deref(), &verdicts, &a);
         let mut s = serde_json::to_string_pretty(&doc)?;
         s.push('\n');
-        std::fs::write(path, s).with_context(|| format!("writing {}", path.display()))?;
+        crate::output_file::write(path, s.as_bytes())?;
     }
     let refuted = verdicts.iter().any(|v| v.outcome == Outcome::Refuted);
     Ok(if refuted {

@@ -8,7 +8,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use serde_json::{json, Value};
 
 use crate::analyze::align::{key_tree, relative, union_order, welch_p, Keyed, NodeStats};
@@ -480,7 +480,7 @@ fn write_flamegraph(c: &Comparison, a: &CompareArgs, path: &Path) -> Result<()> 
     );
     let mut svg = Vec::new();
     crate::render::differential_svg(&b, &n, &title, "ns", &mut svg)?;
-    std::fs::write(path, svg).with_context(|| format!("write {}", path.display()))
+    crate::output_file::write(path, &svg)
 }
 
 /// A path's file name for titles (the whole path if it has none).
@@ -492,7 +492,7 @@ fn file_name(p: &Path) -> String {
 }
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
-    std::fs::write(path, text).with_context(|| format!("write {}", path.display()))
+    crate::output_file::write(path, text.as_bytes())
 }
 
 /// Runs `wprof compare`.

@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
 use crate::error::WprofError;
 use crate::model::{Run, StackProfile};
@@ -90,7 +90,7 @@ pub fn write(
     };
     let mut svg = Vec::new();
     crate::render::differential_svg(&folded(base), &folded(new), title, "ns", &mut svg)?;
-    std::fs::write(out_path, svg).with_context(|| format!("write {}", out_path.display()))
+    crate::output_file::write(out_path, &svg)
 }
 
 #[cfg(test)]

@@ -163,39 +163,7 @@ fn write_one(run: &Run, text: &str, path: &Path, kind: Kind) -> Result<()> {
         Kind::Tree => buf.extend_from_slice(text.as_bytes()),
         _ => render_to(run, kind, &mut buf)?,
     }
-    write_atomic(path, &buf).with_context(|| format!("write {}", path.display()))
-}
-
-/// Writes `bytes` to `path` through an exclusive temporary file in its directory and a rename;
-/// an existing regular file keeps its permissions, a new one gets 0644.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-    let dir = dir_of(path);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let tmp = dir.join(format!(
-        ".{}.wprof-{}.tmp",
-        name.as_deref().unwrap_or("out"),
-        std::process::id()
-    ));
-    let mode = std::fs::symlink_metadata(path)
-        .ok()
-        .filter(|m| m.file_type().is_file())
-        .map_or(0o644, |m| m.permissions().mode() & 0o7777);
-    let _ = std::fs::remove_file(&tmp); // our own leftover from a killed run, if any
-    let result = (|| {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_data()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    crate::output_file::write(path, &buf)
 }
 
 /// Refuses, before anything is attached, output paths a run could not write at its end: a
@@ -219,7 +187,7 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
         if p.is_dir() {
             return Err(usage(format!("output {} is a directory", p.display())));
         }
-        let dir = dir_of(p);
+        let dir = crate::output_file::dir_of(p);
         writable_dir(dir).map_err(|why| usage(format!("cannot write {}: {why}", p.display())))?;
     }
     if let Some(dir) = &out.out {
@@ -246,7 +214,7 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
                     .map_err(|why| usage(format!("cannot write into {}: {why}", dir.display())))?;
             }
             Err(_) => {
-                let parent = dir_of(dir);
+                let parent = crate::output_file::dir_of(dir);
                 if parent.exists() {
                     writable_dir(parent)
                         .map_err(|why| usage(format!("cannot create {}: {why}", dir.display())))?;
@@ -255,14 +223,6 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
         }
     }
     Ok(())
-}
-
-/// The directory `path` is created in (`.` for a bare file name).
-fn dir_of(path: &Path) -> &Path {
-    match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    }
 }
 
 /// Why `dir` is no directory this process can create files in, if it is not.

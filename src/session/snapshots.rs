@@ -22,7 +22,7 @@ pub struct Snapshots {
 impl Snapshots {
     /// Creates (truncates) `path`; the first snapshot is due one interval from now.
     pub fn create(path: &Path, every: Duration, names: Vec<String>) -> Result<Snapshots> {
-        let f = File::create(path).with_context(|| format!("create {}", path.display()))?;
+        let f = crate::output_file::create_streaming(path)?;
         let start = Instant::now();
         Ok(Snapshots {
             out: BufWriter::new(f),
