@@ -192,9 +192,26 @@ impl StackSink {
 /// their object and their range of file offsets.
 #[derive(Debug, Default)]
 pub struct SampledFns {
-    /// (inode, first file offset, one past the last, phase name).
-    fns: Vec<(u64, u64, u64, String)>,
+    fns: Vec<SampledFn>,
 }
+
+/// One function of a sampled phase, by where it lies in its file.
+#[derive(Debug)]
+struct SampledFn {
+    inode: u64,
+    /// First file offset, and one past the last.
+    start: u64,
+    end: u64,
+    /// Up to here from `start` the function has not set up its frame yet (endbr64, push
+    /// %rbp, mov %rsp,%rbp): a frame-pointer walk from an instruction there skips its caller.
+    frame_from: u64,
+    /// Its RET sites, where the frame is already gone and the walk skips the caller too.
+    rets: Vec<u64>,
+    phase: String,
+}
+
+/// Bytes of the frame set-up after the entry site (`push %rbp` 1, `mov %rsp,%rbp` 3).
+const FRAME_SETUP: u64 = 4;
 
 impl SampledFns {
     /// The functions of `phases` that are sampled or may be moved to sampling.
@@ -207,7 +224,14 @@ impl SampledFns {
             .filter_map(|(p, t)| {
                 let inode = std::fs::metadata(&t.object).ok()?.ino();
                 let start = t.start_file_offset();
-                Some((inode, start, start + t.size.max(1), p.phase.name.clone()))
+                Some(SampledFn {
+                    inode,
+                    start,
+                    end: start + t.size.max(1),
+                    frame_from: t.entry.file_offset + FRAME_SETUP,
+                    rets: t.exits.iter().map(|e| e.file_offset).collect(),
+                    phase: p.phase.name.clone(),
+                })
             })
             .collect();
         SampledFns { fns }
@@ -218,11 +242,15 @@ impl SampledFns {
         self.fns.is_empty()
     }
 
-    fn phase_at(&self, inode: u64, offset: u64) -> Option<&str> {
-        self.fns
+    /// The sampled phase whose function holds `offset`, and whether a sample interrupted
+    /// there (`leaf`) has a frame-pointer walk that skipped the function's caller.
+    fn phase_at(&self, inode: u64, offset: u64, leaf: bool) -> Option<(&str, bool)> {
+        let f = self
+            .fns
             .iter()
-            .find(|(i, s, e, _)| *i == inode && *s <= offset && offset < *e)
-            .map(|(.., name)| name.as_str())
+            .find(|f| f.inode == inode && f.start <= offset && offset < f.end)?;
+        let unwound = leaf && (offset < f.frame_from || f.rets.contains(&offset));
+        Some((f.phase.as_str(), unwound))
     }
 }
 
@@ -271,7 +299,13 @@ fn count_sampled(
             let MappingKind::File { inode, .. } = m.kind else {
                 continue;
             };
-            if let Some(name) = fns.phase_at(inode, m.file_offset(pc)) {
+            if let Some((name, unwound)) = fns.phase_at(inode, m.file_offset(pc), i == 0) {
+                if unwound {
+                    // Interrupted before its frame was set up or at its RET: its caller is
+                    // missing from the walk, so where it sits is unknown. Counted for the
+                    // phases further out only (a few instructions of the function's time).
+                    break;
+                }
                 if is_sampled(name) && !chain.iter().any(|c| c == name) {
                     chain.push(name.to_string());
                 }
