@@ -65,14 +65,8 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
             "{what} {v:.0} ns against {truth:.0} ns untraced: {c}"
         );
     }
-    let report = run_report(&json);
+    let report = report_text(&json);
     assert!(report.contains("in-situ check: write_record:"), "{report}");
-}
-
-fn run_report(json: &std::path::Path) -> String {
-    let out = run(wprof().arg("report").arg(json));
-    assert!(out.status.success(), "{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

@@ -110,20 +110,13 @@ fn a_root_over_budget_alone_is_probed_part_of_each_second() {
     for c in ["unmatched_returns", "abandoned"] {
         assert_eq!(u(&run["counters"], c), 0, "{c}: {}", summary(&run));
     }
-    let report = run_report(&json);
+    let report = report_text(&json);
     assert!(report.contains("probes live "), "{report}");
     assert!(
         wprof_leftovers(&before).is_empty(),
         "{:?}",
         wprof_leftovers(&before)
     );
-}
-
-/// `wprof report` of a run file, as text.
-fn run_report(json: &std::path::Path) -> String {
-    let out = run(wprof().arg("report").arg(json));
-    assert!(out.status.success(), "{}", text(&out));
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 #[test]

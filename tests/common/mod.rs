@@ -126,6 +126,13 @@ impl EventsCsv {
     }
 }
 
+/// `wprof report` of a run file, as text (the report must succeed).
+pub fn report_text(json: &Path) -> String {
+    let out = run(wprof().arg("report").arg(json));
+    assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Reads a run JSON.
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text =
