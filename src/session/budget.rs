@@ -269,26 +269,23 @@ impl<'a> Keeper<'a> {
 
     /// Call after every drain: runs the duty cycle and settles the excused returns.
     pub fn poll(&mut self, tracer: &mut Tracer, agg: &mut Aggregator) {
-        if let Some((before, at)) = &self.mark {
-            if at.elapsed() >= EXCUSE_WINDOW {
-                let now = unmatched_by_phase(tracer, self.excused.len());
-                for (e, (n, b)) in self.excused.iter_mut().zip(now.iter().zip(before)) {
-                    *e += n.saturating_sub(*b);
-                }
-                self.mark = None;
-            }
+        if self
+            .mark
+            .as_ref()
+            .is_some_and(|(_, at)| at.elapsed() >= EXCUSE_WINDOW)
+        {
+            self.excuse(tracer);
         }
         self.step_epochs(tracer, agg);
         let Some(switch) = self.duty.as_mut().and_then(DutyCycle::poll) else {
             return;
         };
         let ids = self.probed();
-        self.begin_switch(tracer);
-        let done = match switch {
-            Switch::Pause => tracer.pause_phases(&ids, settle(agg, &ids)),
-            Switch::Resume => tracer.resume_phases(&ids),
-        };
-        self.end_switch();
+        let wait = settle(agg, &ids);
+        let done = self.switching(tracer, |t| match switch {
+            Switch::Pause => t.pause_phases(&ids, wait),
+            Switch::Resume => t.resume_phases(&ids),
+        });
         if let Err(e) = done {
             eprintln!("wprof: warning: duty cycle: {e:#}");
         }
@@ -307,10 +304,8 @@ impl<'a> Keeper<'a> {
                     .into_iter()
                     .filter(|id| root_share(&edges, *id) <= LIGHT_ROOT_SHARE_MAX)
                     .collect();
-                self.begin_switch(tracer);
-                let wait = settle(agg, &self.light_phases);
-                let done = tracer.detach_phases(&self.light_phases, wait);
-                self.end_switch();
+                let (light, wait) = (self.light_phases.clone(), settle(agg, &self.light_phases));
+                let done = self.switching(tracer, |t| t.detach_phases(&light, wait));
                 if let Some(l) = agg.light_epochs() {
                     l.begin(super::monotonic_ns());
                 }
@@ -320,10 +315,8 @@ impl<'a> Keeper<'a> {
                 if let Some(l) = agg.light_epochs() {
                     l.end(super::monotonic_ns());
                 }
-                self.begin_switch(tracer);
-                let done = tracer.reattach_phases(&self.light_phases);
-                self.end_switch();
-                done
+                let light = self.light_phases.clone();
+                self.switching(tracer, |t| t.reattach_phases(&light))
             }
         };
         if let Err(e) = done {
@@ -331,17 +324,29 @@ impl<'a> Keeper<'a> {
         }
     }
 
-    fn begin_switch(&mut self, tracer: &mut Tracer) {
+    /// Excuses the unmatched returns counted since the last switch began (see `switching`).
+    fn excuse(&mut self, tracer: &mut Tracer) {
+        let Some((before, _)) = self.mark.take() else {
+            return;
+        };
+        let now = unmatched_by_phase(tracer, self.excused.len());
+        for (e, (n, b)) in self.excused.iter_mut().zip(now.iter().zip(&before)) {
+            *e += n.saturating_sub(*b);
+        }
+    }
+
+    /// Runs `op`, a switch of probes, marking the unmatched returns before it so the ones it
+    /// causes (until [`EXCUSE_WINDOW`] after it) are excused.
+    fn switching<T>(&mut self, tracer: &mut Tracer, op: impl FnOnce(&mut Tracer) -> T) -> T {
         if self.mark.is_none() {
             let n = self.excused.len();
             self.mark = Some((unmatched_by_phase(tracer, n), Instant::now()));
         }
-    }
-
-    fn end_switch(&mut self) {
+        let done = op(tracer);
         if let Some((_, at)) = &mut self.mark {
             *at = Instant::now();
         }
+        done
     }
 
     /// The probes went over the budget (`pct` of the traced processes' CPU time over the last
@@ -375,9 +380,8 @@ impl<'a> Keeper<'a> {
         } = plan_moves(self.phases, &edges, &moved, &rates, cpu, budget);
         let mut said = Vec::new();
         if !moves.is_empty() {
-            self.begin_switch(tracer);
-            let done = tracer.detach_phases(&moves, settle(agg, &moves));
-            self.end_switch();
+            let wait = settle(agg, &moves);
+            let done = self.switching(tracer, |t| t.detach_phases(&moves, wait));
             match done {
                 Ok(_) => {
                     for id in &moves {
@@ -440,12 +444,7 @@ impl<'a> Keeper<'a> {
     /// At the end of the run: the share of it the probes were live (None: always), and the
     /// unmatched returns per phase that switching probes caused.
     pub fn finish(&mut self, tracer: &mut Tracer) -> (Option<f64>, Vec<Moved>, Vec<u64>) {
-        if let Some((before, _)) = self.mark.take() {
-            let now = unmatched_by_phase(tracer, self.excused.len());
-            for (e, (n, b)) in self.excused.iter_mut().zip(now.iter().zip(&before)) {
-                *e += n.saturating_sub(*b);
-            }
-        }
+        self.excuse(tracer);
         let live = self.duty.as_ref().map(|d| d.live_share(self.duty_after));
         (
             live,

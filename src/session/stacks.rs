@@ -22,7 +22,7 @@ use crate::model::StackProfile;
 use crate::profile::Measure;
 use crate::resolve::ResolvedPhase;
 use crate::symbolize::maps::MappingKind;
-use crate::symbolize::{restore_uretprobe_returns, MapsCache, StackSymbolizer};
+use crate::symbolize::{restore_uretprobe_returns, MapsCache, ProcessMaps, StackSymbolizer};
 use std::borrow::Cow;
 use std::collections::HashMap;
 
@@ -275,22 +275,16 @@ fn count_sampled(
         if in_uprobe_handling(&namer.kernel_frames(lookup(key.kernel_stack))) {
             continue;
         }
-        let user = lookup(key.user_stack);
-        let Some(maps) = user.first().and_then(|&a| namer.maps.covering(key.pid, a)) else {
-            out.add(&path_of(key.node), &[], weight, &is_sampled);
-            continue;
-        };
-        if maps.is_trampoline(user[0]) {
-            continue;
-        }
-        let mut user = user.to_vec();
         let pending = &key.pending[..key.npending as usize];
-        restore_uretprobe_returns(
-            &mut user,
-            maps,
-            pending,
-            pending.len() < MAX_PENDING_RETURNS,
-        );
+        let (user, maps) = match restored(&mut namer.maps, key.pid, lookup(key.user_stack), pending)
+        {
+            Ok(restored) => restored,
+            Err(Unrestorable::AtTrampoline) => continue,
+            Err(Unrestorable::NoStack | Unrestorable::Gone) => {
+                out.add(&path_of(key.node), &[], weight, &is_sampled);
+                continue;
+            }
+        };
         let mut chain: Vec<String> = Vec::new();
         // Outermost first; a return address points past its call, so look one byte back.
         for (i, &addr) in user.iter().enumerate().rev() {
@@ -323,22 +317,43 @@ struct Namer {
     bpf_symbols: BpfSymbols,
 }
 
+/// Why a sample's user stack cannot be read as code addresses.
+enum Unrestorable {
+    /// No user stack was taken.
+    NoStack,
+    /// The process left no mappings that cover it.
+    Gone,
+    /// Sampled at the uretprobe trampoline itself: the return is being handled.
+    AtTrampoline,
+}
+
+/// Process `pid`'s user stack (innermost first) with the return addresses uretprobe
+/// trampolines replaced (`pending`, innermost first) put back, and the mappings it lies in.
+fn restored<'m>(
+    maps: &'m mut MapsCache,
+    pid: u32,
+    stack: &[u64],
+    pending: &[u64],
+) -> Result<(Vec<u64>, &'m ProcessMaps), Unrestorable> {
+    let first = *stack.first().ok_or(Unrestorable::NoStack)?;
+    let maps = maps.covering(pid, first).ok_or(Unrestorable::Gone)?;
+    if maps.is_trampoline(first) {
+        return Err(Unrestorable::AtTrampoline);
+    }
+    let mut stack = stack.to_vec();
+    let complete = pending.len() < MAX_PENDING_RETURNS;
+    restore_uretprobe_returns(&mut stack, maps, pending, complete);
+    Ok((stack, maps))
+}
+
 impl FrameNamer for Namer {
     fn user_frames(&mut self, pid: u32, stack: &[u64], pending: &[u64]) -> Vec<String> {
-        if stack.is_empty() {
-            return Vec::new();
+        match restored(&mut self.maps, pid, stack, pending) {
+            Ok((stack, maps)) => self.symbolizer.user_frames(maps, &stack),
+            Err(Unrestorable::NoStack) => Vec::new(),
+            Err(Unrestorable::Gone) => vec![format!("[pid {pid} gone: no mappings]")],
+            Err(Unrestorable::AtTrampoline) => vec![UPROBE_HANDLING.to_string()],
         }
-        let Some(maps) = self.maps.covering(pid, stack[0]) else {
-            return vec![format!("[pid {pid} gone: no mappings]")];
-        };
-        // Sampled at the uretprobe trampoline itself: the return is being handled.
-        if maps.is_trampoline(stack[0]) {
-            return vec![UPROBE_HANDLING.to_string()];
-        }
-        let mut stack = stack.to_vec();
-        let complete = pending.len() < MAX_PENDING_RETURNS;
-        restore_uretprobe_returns(&mut stack, maps, pending, complete);
-        self.symbolizer.user_frames(maps, &stack)
     }
 
     fn kernel_frames(&mut self, stack: &[u64]) -> Vec<String> {
