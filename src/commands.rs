@@ -100,7 +100,11 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
                 obj,
                 entry_label(t, 44),
                 t.entry.file_offset,
-                p.return_mode.as_str(),
+                if p.usdt.is_some() {
+                    "usdt"
+                } else {
+                    p.return_mode.as_str()
+                },
                 if p.return_mode.uses_uretprobe() {
                     "-".to_string()
                 } else {

@@ -17,6 +17,10 @@ pub const BUILTIN: &[(&str, &str)] = &[
         include_str!("../attach-profiles/fixture-cxx.toml"),
     ),
     ("postgres", include_str!("../attach-profiles/postgres.toml")),
+    (
+        "postgres-usdt",
+        include_str!("../attach-profiles/postgres-usdt.toml"),
+    ),
     ("ao", include_str!("../attach-profiles/ao.toml")),
     ("aoco", include_str!("../attach-profiles/aoco.toml")),
     ("pax", include_str!("../attach-profiles/pax.toml")),
@@ -128,6 +132,9 @@ pub struct Phase {
     /// Kernel phase: an enter and an exit tracepoint (`["cat:enter", "cat:exit"]`) hit by the
     /// same thread.
     pub tracepoint: Option<TracepointPair>,
+    /// USDT phase: `["provider:start", "provider:done", ...]`: opens at the first probe,
+    /// closes at any of the others (no return probe at all).
+    pub usdt: Option<Vec<String>>,
     /// Integer argument to capture (0-based, System V x86-64 order; Go's register ABI order
     /// for Go functions) or "retval".
     pub arg: Option<toml::Value>,
@@ -202,6 +209,54 @@ impl Phase {
             _ => None,
         }
     }
+}
+
+/// What is wrong with a phase's `usdt` list, if anything: it names a start and at least one
+/// done probe, each `provider:name`; a USDT phase has no return value, no `under` (its start
+/// may sit anywhere) and reads C strings only.
+fn usdt_mistake(p: &Phase, names: &[String]) -> Option<String> {
+    if names.len() < 2 {
+        return Some(
+            "usdt needs a start probe and at least one done probe: \
+             [\"provider:start\", \"provider:done\", ...]"
+                .into(),
+        );
+    }
+    if let Some(bad) = names.iter().find(|n| {
+        n.split_once(':')
+            .is_none_or(|(a, b)| a.is_empty() || b.is_empty() || b.contains(':'))
+    }) {
+        return Some(format!(
+            "usdt probe {bad:?} must be written \"provider:name\" (e.g. \
+             \"postgresql:transaction__start\")"
+        ));
+    }
+    let not = [
+        (
+            matches!(p.capture(), Some(Capture::RetVal)),
+            "arg = \"retval\" (no return probe)",
+        ),
+        (p.under.is_some(), "under"),
+        (
+            p.measure == Measure::Sample,
+            "measure = \"sample\" (no function to sample)",
+        ),
+        (
+            p.group_by.is_some_and(|g| g.kind != StringArg::Cstr),
+            "group_by type = \"str\" (C strings only)",
+        ),
+        (
+            p.return_mode != ReturnMode::Auto,
+            "return (there is no return probe)",
+        ),
+        (
+            p.all_matches,
+            "all_matches (every site of a probe is taken)",
+        ),
+    ];
+    not.iter()
+        .find(|(bad, _)| *bad)
+        .map(|(_, what)| format!("a usdt phase takes no {what}"))
 }
 
 /// The two tracepoints of a `tracepoint` phase, written `["category:enter", "category:exit"]`.
@@ -319,12 +374,18 @@ impl Profile {
                 p.symbol.is_some(),
                 p.syscall.is_some(),
                 p.tracepoint.is_some(),
+                p.usdt.is_some(),
             ];
             if kinds.iter().filter(|k| **k).count() != 1 {
                 return err(format!(
-                    "phase '{}' needs exactly one of symbol, syscall or tracepoint",
+                    "phase '{}' needs exactly one of symbol, syscall, tracepoint or usdt",
                     p.name
                 ));
+            }
+            if let Some(u) = &p.usdt {
+                if let Some(m) = usdt_mistake(p, u) {
+                    return err(format!("phase '{}': {m}", p.name));
+                }
             }
             if p.measure == Measure::Sample {
                 let per_call = [
@@ -365,17 +426,17 @@ impl Profile {
                         p.name
                     ));
                 }
-                if p.symbol.is_none() {
+                if p.symbol.is_none() && p.usdt.is_none() {
                     return err(format!(
-                        "phase '{}': arg is supported on symbol phases only",
+                        "phase '{}': arg is supported on symbol and usdt phases only",
                         p.name
                     ));
                 }
             }
             if let Some(g) = &p.group_by {
-                if p.symbol.is_none() {
+                if p.symbol.is_none() && p.usdt.is_none() {
                     return err(format!(
-                        "phase '{}': group_by is supported on symbol phases only",
+                        "phase '{}': group_by is supported on symbol and usdt phases only",
                         p.name
                     ));
                 }

@@ -9,6 +9,7 @@ mod capabilities;
 mod kernel;
 mod sampler;
 mod unwind_guard;
+mod usdt;
 
 use std::num::NonZeroU32;
 
@@ -115,6 +116,8 @@ pub struct Tracer {
     phase_links: std::collections::HashMap<u32, Vec<(&'static str, UProbeLinkId)>>,
     /// Their attach calls by phase id, to put them back ([`Tracer::reattach_phases`]).
     phase_plans: std::collections::HashMap<u32, Vec<LinkPlan>>,
+    /// The USDT phases' probes (see `usdt`): links of their own, with their semaphores.
+    usdt_links: Vec<usdt::UsdtLink>,
 }
 
 /// One attach call of a phase with links of its own, kept to make it again.
@@ -197,6 +200,7 @@ impl Tracer {
             sampler: None,
             phase_plans: Default::default(),
             phase_links: Default::default(),
+            usdt_links: Vec::new(),
         };
         for name in progs.all() {
             verified(name, tracer.program(name)?.load())?;
@@ -238,7 +242,7 @@ impl Tracer {
             Vec<UProbeAttachPoint<'static>>,
         )> = Vec::new();
         let mut stw_phase = None;
-        for rp in phases.iter().filter(|p| p.is_probed()) {
+        for rp in phases.iter().filter(|p| p.is_probed() && p.usdt.is_none()) {
             let own = self.movable.contains(&rp.id).then_some(rp.id);
             let uret = rp.return_mode.uses_uretprobe();
             if rp.return_mode == crate::profile::ReturnMode::Guarded {
@@ -320,6 +324,13 @@ impl Tracer {
         // goroutine's or thread's next call at that depth counts as abandoned.
         let entry = self.progs.entry;
         plan.sort_by_key(|(prog, _, _, _)| *prog == entry);
+        let usdt: Vec<&ResolvedPhase> = phases
+            .iter()
+            .filter(|p| p.is_probed() && p.usdt.is_some())
+            .collect();
+        let points = self.attach_usdt(&usdt, pids, every_process)?;
+        summary.points += points;
+        summary.links += points;
         let scopes = scopes(pids, every_process)?;
         for (scope, pid) in scopes {
             for (prog, target, own, points) in &plan {
@@ -610,6 +621,12 @@ impl Tracer {
         if !self.guarded {
             let _ = self.set_config(wprof_common::config::STOPPED, 1);
         }
+        // Each release waits for the kernel's uprobe grace period: all at once.
+        std::thread::scope(|s| {
+            for link in std::mem::take(&mut self.usdt_links) {
+                s.spawn(move || drop(link));
+            }
+        });
         // With it, the uretprobes first: from then on the kernel arms no new frame with its
         // trampoline, while the guard (unloaded last) still protects the frames it armed.
         let uretprobe = self.progs.uretprobe;

@@ -31,11 +31,29 @@ pub fn hit_ns(class: CostClass) -> f64 {
 /// Cost of one uretprobe return (trampoline trap, no single-step), ns (fixed estimate).
 pub const URETPROBE_RETURN_NS: f64 = 1_000.0;
 
+/// The calibrated class whose cost a phase's calls pay: its entry's class and whether it
+/// returns through a uretprobe. A USDT phase's start and done probes are two traps on `nop`s,
+/// neither single-stepped: the emulated entry + uretprobe pair is the calibrated pair closest
+/// to it (two traps, no single-step). None for kernel and unresolved phases.
+pub fn cost_key(phase: &ResolvedPhase) -> Option<(CostClass, bool)> {
+    if phase.kernel.is_some() {
+        return None;
+    }
+    let t = phase.targets.first()?;
+    if phase.usdt.is_some() {
+        return Some((CostClass::Emulated, true));
+    }
+    Some((t.entry.cost, phase.return_mode.uses_uretprobe()))
+}
+
 /// Estimated cost of one call's entry + return probes for a resolved phase, ns.
 pub fn pair_ns(phase: &ResolvedPhase) -> f64 {
     let Some(t) = phase.targets.first() else {
         return 0.0;
     };
+    if phase.usdt.is_some() {
+        return hit_ns(CostClass::Nop) * 2.0;
+    }
     let ret = match phase.return_mode {
         ReturnMode::Uretprobe | ReturnMode::Guarded => URETPROBE_RETURN_NS,
         // A call leaves through one exit site; take the costliest class present.
@@ -115,16 +133,12 @@ pub struct PhaseCosts {
 /// Calibrated costs of a phase: the combination of its entry class and return mode. Kernel
 /// phases (tracepoints) are not calibrated and cost nothing here.
 pub fn phase_costs(classes: &[ClassCost], phase: &ResolvedPhase) -> PhaseCosts {
-    let Some(t) = phase.targets.first() else {
+    let Some((entry, uretprobe)) = cost_key(phase) else {
         return PhaseCosts::default();
     };
-    if phase.kernel.is_some() {
-        return PhaseCosts::default();
-    }
-    let uretprobe = phase.return_mode.uses_uretprobe();
     classes
         .iter()
-        .find(|c| c.entry == t.entry.cost && c.uretprobe == uretprobe)
+        .find(|c| c.entry == entry && c.uretprobe == uretprobe)
         .map(|c| PhaseCosts {
             pair_ns: c.pair_ns,
             own_ns: c.own_ns,

@@ -23,6 +23,7 @@ pub mod matcher;
 pub mod objects;
 pub mod suggest;
 pub mod symbols;
+pub mod usdt;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -151,6 +152,9 @@ pub struct ResolvedPhase {
     /// Warnings to show the user once (e.g. inlined copies the probe cannot see), each a full
     /// sentence starting with `phase 'NAME':`.
     pub warnings: Vec<String>,
+    /// A USDT phase's start and done sites (its `targets` hold one entry per start site, the
+    /// first carrying the done sites as its exits).
+    pub usdt: Option<usdt::UsdtPhase>,
 }
 
 impl ResolvedSymbol {
@@ -197,10 +201,21 @@ fn resolve_profile_with(
     let target = objects::Target::new(scope)?;
     let search = debuginfo::Search::from_env(target.root());
     let mut located: HashMap<String, Loaded> = HashMap::new();
-    let mut parsed: HashMap<PathBuf, Result<Rc<symbols::ObjectSymbols>, String>> = HashMap::new();
+    let mut parsed: Parsed = HashMap::new();
     let mut out = Vec::with_capacity(profile.phases.len());
     for (i, phase) in profile.phases.iter().enumerate() {
         let id = u32::try_from(i)?;
+        if let Some(names) = &phase.usdt {
+            let loaded = load(
+                &mut located,
+                &mut parsed,
+                &target,
+                &search,
+                profile.object_of(phase),
+            );
+            out.push(resolve_usdt_phase(id, phase, names, loaded));
+            continue;
+        }
         let Some(pattern) = phase.symbol.as_deref() else {
             let (kernel, status) = match kernel::resolve_kernel_phase(phase) {
                 Ok(k) => (Some(k), Status::Resolved),
@@ -220,36 +235,52 @@ fn resolve_profile_with(
                 return_mode: ReturnMode::RetSites,
                 status,
                 warnings: Vec::new(),
+                usdt: None,
             });
             continue;
         };
-        let spec = profile.object_of(phase);
-        let loaded = located.entry(spec.to_string()).or_insert_with(|| {
-            let loc = target.locate(spec).map_err(|e| format!("{e:#}"))?;
-            let syms = parsed
-                .entry(loc.host_path.clone())
-                .or_insert_with(|| {
-                    symbols::ObjectSymbols::load_with_debug(
-                        &loc.host_path,
-                        &loc.target_path,
-                        &search,
-                    )
-                    .map(Rc::new)
-                    .map_err(|e| {
-                        // Name the object as the target sees it, not through /proc/PID/root.
-                        format!("{e:#}")
-                            .replace(&*loc.host_path.to_string_lossy(), &loc.target_path)
-                    })
-                })
-                .clone()?;
-            Ok((loc, syms))
-        });
+        let loaded = load(
+            &mut located,
+            &mut parsed,
+            &target,
+            &search,
+            profile.object_of(phase),
+        );
         out.push(resolve_symbol_phase(id, phase, pattern, loaded, past_endbr));
     }
     let objects: Vec<Rc<symbols::ObjectSymbols>> = parsed.into_values().flatten().collect();
     warn_inlined(&mut out, &objects);
     warn_shared_functions(&mut out);
     Ok(out)
+}
+
+/// Objects parsed so far, by path.
+type Parsed = HashMap<PathBuf, Result<Rc<symbols::ObjectSymbols>, String>>;
+
+/// The object `spec` names, located and parsed once however many phases hold it.
+fn load<'a>(
+    located: &'a mut HashMap<String, Loaded>,
+    parsed: &mut Parsed,
+    target: &objects::Target,
+    search: &debuginfo::Search,
+    spec: &str,
+) -> &'a Loaded {
+    located.entry(spec.to_string()).or_insert_with(|| {
+        let loc = target.locate(spec).map_err(|e| format!("{e:#}"))?;
+        let syms = parsed
+            .entry(loc.host_path.clone())
+            .or_insert_with(|| {
+                symbols::ObjectSymbols::load_with_debug(&loc.host_path, &loc.target_path, search)
+                    .map(Rc::new)
+                    .map_err(|e| {
+                        // Name the object as the target sees it, not through /proc/PID/root.
+                        format!("{e:#}")
+                            .replace(&*loc.host_path.to_string_lossy(), &loc.target_path)
+                    })
+            })
+            .clone()?;
+        Ok((loc, syms))
+    })
 }
 
 /// Warns on a phase that probes a function an earlier phase probes too: both entries fire on
@@ -383,6 +414,7 @@ fn resolve_symbol_phase(
         return_mode: guessed(is_go),
         status: Status::Unresolved { reason, nearest },
         warnings: Vec::new(),
+        usdt: None,
     };
     let (loc, syms) = match loaded {
         Ok(l) => l,
@@ -578,6 +610,98 @@ fn resolve_symbol_phase(
         return_mode,
         status: Status::Resolved,
         warnings,
+        usdt: None,
+    }
+}
+
+/// Resolves one USDT phase in its (already located) object: one target per start site, named
+/// `provider:name`; the done sites are the first target's exits (RET-site programs close the
+/// phase there).
+fn resolve_usdt_phase(id: u32, phase: &Phase, names: &[String], loaded: &Loaded) -> ResolvedPhase {
+    let unresolved = |reason: String, nearest: Vec<String>| ResolvedPhase {
+        id,
+        phase: phase.clone(),
+        targets: Vec::new(),
+        kernel: None,
+        return_mode: ReturnMode::RetSites,
+        status: Status::Unresolved { reason, nearest },
+        warnings: Vec::new(),
+        usdt: None,
+    };
+    let (loc, syms) = match loaded {
+        Ok(l) => l,
+        Err(reason) => return unresolved(reason.clone(), Vec::new()),
+    };
+    let shown = &loc.target_path;
+    let notes = match usdt::notes(syms.data()) {
+        Ok(n) => n,
+        Err(e) => {
+            return unresolved(
+                format!("cannot read the USDT notes of {shown}: {e:#}"),
+                Vec::new(),
+            )
+        }
+    };
+    let sites = match usdt::resolve(names, &notes, shown) {
+        Ok(s) => s,
+        Err(reason) => {
+            let missing = names
+                .iter()
+                .find(|n| !notes.iter().any(|m| &m.full_name() == *n))
+                .map_or("", String::as_str);
+            return unresolved(reason, usdt::nearest(missing, &notes));
+        }
+    };
+    // The arguments BPF reads must decode at every start site.
+    let mut reads = Vec::new();
+    if let Some(Capture::Arg(n)) = phase.capture() {
+        reads.push((n, "arg"));
+    }
+    if let Some(g) = phase.group_by {
+        reads.push((g.arg, "group_by"));
+    }
+    for (n, what) in reads {
+        for s in &sites.starts {
+            if let Err(e) = usdt::argument(&s.args, n as usize) {
+                return unresolved(
+                    format!("{what} = {n}: {} at {:#x}: {e:#}", s.full_name(), s.address),
+                    Vec::new(),
+                );
+            }
+        }
+    }
+    let targets = sites
+        .starts
+        .iter()
+        .enumerate()
+        .map(|(i, s)| ResolvedSymbol {
+            object: loc.host_path.clone(),
+            display_object: loc.target_path.clone(),
+            build_id: syms.build_id.clone(),
+            symbol: s.full_name(),
+            demangled: s.full_name(),
+            address: s.address,
+            size: 0,
+            language: Language::C,
+            entry: usdt::site(s),
+            entry_offset: 0,
+            exits: if i == 0 {
+                sites.dones.iter().map(usdt::site).collect()
+            } else {
+                Vec::new()
+            },
+            debuginfo: None,
+        })
+        .collect();
+    ResolvedPhase {
+        id,
+        phase: phase.clone(),
+        targets,
+        kernel: None,
+        return_mode: ReturnMode::RetSites,
+        status: Status::Resolved,
+        warnings: Vec::new(),
+        usdt: Some(sites),
     }
 }
 

@@ -107,10 +107,7 @@ pub(super) fn calibrated(
     let wanted: Vec<(CostClass, bool)> = phases
         .iter()
         .filter(|p| matches!(p.status, Status::Resolved) && p.kernel.is_none())
-        .filter_map(|p| {
-            let t = p.targets.first()?;
-            Some((t.entry.cost, p.return_mode.uses_uretprobe()))
-        })
+        .filter_map(probe_cost::cost_key)
         .collect();
     costs.wanted = wanted.clone();
     let measured = match probe_cost::calibrate(tracer, collector, t.ring_size, &wanted, None) {
@@ -150,10 +147,9 @@ fn summary(m: &Measured, phases: &[ResolvedPhase]) -> String {
         .classes
         .iter()
         .filter(|c| {
-            phases.iter().any(|p| {
-                p.targets.first().is_some_and(|t| t.entry.cost == c.entry)
-                    && p.return_mode.uses_uretprobe() == c.uretprobe
-            })
+            phases
+                .iter()
+                .any(|p| probe_cost::cost_key(p) == Some((c.entry, c.uretprobe)))
         })
         .map(|c| {
             format!(

@@ -799,10 +799,11 @@ fn build_run(
             None => (
                 first.map(|t| t.display_object.clone()).unwrap_or_default(),
                 rp.targets.iter().map(|t| t.symbol.clone()).collect(),
-                if attached {
-                    rp.return_mode.as_str().to_string()
-                } else {
-                    "-".into()
+                match (attached, &rp.usdt) {
+                    (false, _) => "-".into(),
+                    // Closed by a done probe: no return probe at all.
+                    (true, Some(_)) => "usdt".into(),
+                    (true, None) => rp.return_mode.as_str().to_string(),
                 },
             ),
         };

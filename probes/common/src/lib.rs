@@ -7,6 +7,8 @@
 
 pub mod key;
 pub use key::{KeyScanner, NodeKey, PhaseKey, COOKIE_KEY_BIT, KEY_BYTES};
+pub mod usdt;
+pub use usdt::{UsdtArg, UsdtSite, COOKIE_USDT_BIT};
 
 /// Deepest per-thread phase stack kept in BPF. A recursion 100 deep must fit; deeper entries
 /// are counted as overflow instead of being recorded.
@@ -134,7 +136,8 @@ pub struct Frame {
     pub start_ns: u64,
     /// Time spent in completed child phases, ns.
     pub child_ns: u64,
-    /// Return address found at `sp` on entry (tells a tail call from a stale frame).
+    /// Return address found at `sp` on entry (tells a tail call from a stale frame); for a USDT
+    /// frame, the stack pointer its start probe saw.
     pub ret_addr: u64,
     /// Phase id (index into the profile's phases).
     pub phase: u32,
@@ -539,6 +542,8 @@ mod pod {
     unsafe impl aya::Pod for super::TracepointRole {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::PhaseCost {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for super::UsdtSite {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::NodeSummary {}
     // SAFETY: as above.

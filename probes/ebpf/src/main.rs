@@ -37,6 +37,7 @@ use aya_ebpf::{
     },
     EbpfContext,
 };
+use wprof_common::usdt::{COOKIE_USDT_SITE_MASK, COOKIE_USDT_SITE_SHIFT};
 use wprof_common::{
     config, counter, goroutine_key, hist_bucket,
     key::{
@@ -51,6 +52,8 @@ use wprof_common::{
     KEY_BYTES, MAX_DEPTH, MAX_HIST_BUCKETS, MAX_NODES, MAX_PENDING_RETURNS, MAX_PHASES,
     MAX_SUMMARY_NODES, MAX_THREADS, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
+
+mod usdt;
 
 mod unwind_guard;
 
@@ -149,7 +152,7 @@ pub fn wprof_m_uret(ctx: RetProbeContext) -> u32 {
 fn entry(ctx: &ProbeContext) -> u32 {
     // SAFETY: `regs` is the pt_regs the kernel passed to this program.
     let regs = unsafe { &*ctx.regs };
-    let _ = on_entry(ctx, regs);
+    let _ = on_entry::<_, false>(ctx, regs);
     0
 }
 
@@ -278,6 +281,8 @@ struct Site {
     keyed: bool,
     /// The entry of `runtime.startTheWorldWithSema`: the world restarts.
     stw_start: bool,
+    /// A USDT start site's index in `USDT_SITES`.
+    usdt_site: u32,
 }
 
 #[inline(always)]
@@ -297,6 +302,7 @@ fn site_of<C: EbpfContext>(ctx: &C) -> Result<Site, ()> {
         stw_stop: cookie & COOKIE_STW_STOP_BIT != 0,
         stw_start: cookie & COOKIE_STW_START_BIT != 0,
         keyed: cookie & COOKIE_KEY_BIT != 0,
+        usdt_site: ((cookie >> COOKIE_USDT_SITE_SHIFT) & COOKIE_USDT_SITE_MASK) as u32,
     })
 }
 
@@ -396,7 +402,7 @@ fn arg_registers(regs: &aya_ebpf::bindings::pt_regs, go: bool) -> [u64; 9] {
 
 /// `values[n]` without an indexed load (0 past the end): every value masked in or out.
 #[inline(always)]
-fn pick(values: &[u64; 9], n: u64) -> u64 {
+fn pick<const N: usize>(values: &[u64; N], n: u64) -> u64 {
     let mut v = 0;
     for (i, x) in values.iter().enumerate() {
         v |= x & 0u64.wrapping_sub((i as u64 == n) as u64);
@@ -408,7 +414,7 @@ fn pick(values: &[u64; 9], n: u64) -> u64 {
 /// folded text (`wprof_common::KeyScanner`), never 0; 0 when the phase groups nothing or the string
 /// could not be read (the call then counts under the phase's plain node).
 #[inline(always)]
-fn string_key(site: &Site, regs: &aya_ebpf::bindings::pt_regs) -> u64 {
+fn string_key<const USDT: bool>(site: &Site, regs: &aya_ebpf::bindings::pt_regs) -> u64 {
     let Some(pk) = PHASE_KEYS.get(site.phase) else {
         return 0;
     };
@@ -419,7 +425,11 @@ fn string_key(site: &Site, regs: &aya_ebpf::bindings::pt_regs) -> u64 {
     let buf = unsafe { &mut *buf };
     let args = arg_registers(regs, site.go);
     let arg = |n: u64| pick(&args, n);
-    let ptr = arg(pk.arg as u64) as *const core::ffi::c_void;
+    let ptr = if USDT {
+        usdt::key_arg(site.usdt_site, regs)
+    } else {
+        arg(pk.arg as u64)
+    } as *const core::ffi::c_void;
     let dst = buf.text.as_mut_ptr() as *mut core::ffi::c_void;
     let n: i64 = if pk.kind == KEY_CSTR {
         // SAFETY: the helper reads at most KEY_BYTES bytes of user memory into the buffer
@@ -742,7 +752,12 @@ pub fn wprof_dl_state(_ctx: ProbeContext) -> u32 {
     0
 }
 
-fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Result<(), ()> {
+/// An entry of a phase; `USDT`: a USDT start probe (see `usdt`), compiled apart so the
+/// function entry programs carry none of its code.
+fn on_entry<C: EbpfContext, const USDT: bool>(
+    ctx: &C,
+    regs: &aya_ebpf::bindings::pt_regs,
+) -> Result<(), ()> {
     let site = site_of(ctx)?;
     let id = bpf_get_current_pid_tgid();
     if !wanted(id) {
@@ -755,15 +770,24 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
     let pc = phase_counters(site.phase).ok_or(())?;
     pc.entries += 1;
     // SAFETY: reads 8 bytes of the traced thread's stack; a fault just yields an error.
-    let ret_addr = unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.unwrap_or(0);
-    let who = owner_of(&site, regs, id, regs.rsp);
+    let ret_addr = if USDT {
+        // A USDT probe sits inside a function: no return address at sp. Its frame keeps the
+        // stack pointer the start saw instead (see `usdt::open`).
+        regs.rsp
+    } else {
+        unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.unwrap_or(0)
+    };
+    let mut who = owner_of(&site, regs, id, regs.rsp);
     let Some(st) = stack_for(who.key) else {
         bump(counter::NO_STACK);
         return Err(());
     };
     // A live ancestor's entry stack pointer is above ours; anything below was left without
     // its return.
-    abandon_below(st, who.sp, Some(ret_addr));
+    abandon_below(st, who.sp, (!USDT).then_some(ret_addr));
+    if USDT {
+        who.sp = usdt::open(st, site.phase, regs.rsp);
+    }
     if who.hi != 0 {
         abandon_unwound_go(st, who.hi);
     }
@@ -776,6 +800,7 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
     }
     let arg = match site.arg {
         ARG_NONE | ARG_RETVAL => 0,
+        _ if USDT => usdt::count_arg(site.usdt_site, regs),
         n => pick(&arg_registers(regs, site.go), n - 1),
     };
     // A Go call notes the world's stopped time so far: what it gained by the return is the
@@ -786,7 +811,7 @@ fn on_entry<C: EbpfContext>(ctx: &C, regs: &aya_ebpf::bindings::pt_regs) -> Resu
         0
     };
     let key = if site.keyed {
-        string_key(&site, regs)
+        string_key::<USDT>(&site, regs)
     } else {
         0
     };
