@@ -512,7 +512,7 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("symbol phases only"), "{e}");
+        assert!(e.contains("symbol and usdt phases only"), "{e}");
     }
 
     #[test]
@@ -595,7 +595,36 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("symbol phases only"), "{e}");
+        assert!(e.contains("symbol and usdt phases only"), "{e}");
+    }
+
+    #[test]
+    fn usdt_phases_name_a_start_and_a_done_probe_and_take_no_return_options() {
+        let parse = |phase: &str| {
+            Profile::parse(&format!("name='x'\n[[phase]]\nname='a'\n{phase}\n"), "t")
+                .map_err(|e| e.to_string())
+        };
+        let ok = "usdt = ['postgresql:transaction__start', 'postgresql:transaction__commit']";
+        assert!(parse(ok).is_ok());
+        assert!(parse(&format!("{ok}\narg = 0\ngroup_by = {{ arg = 1 }}")).is_ok());
+        for (extra, says) in [
+            ("", ""),
+            ("\nsymbol = 'f'", "exactly one of symbol, syscall, tracepoint or usdt"),
+            ("\narg = 'retval'", "no arg = \"retval\""),
+            ("\nreturn = 'uretprobe'", "no return"),
+            ("\nmeasure = 'sample'", "no measure"),
+            ("\ngroup_by = { arg = 0, type = 'str' }", "C strings only"),
+        ] {
+            if extra.is_empty() {
+                continue;
+            }
+            let e = parse(&format!("{ok}{extra}")).unwrap_err();
+            assert!(e.contains(says), "{extra}: {e}");
+        }
+        let e = parse("usdt = ['postgresql:transaction__start']").unwrap_err();
+        assert!(e.contains("at least one done probe"), "{e}");
+        let e = parse("usdt = ['transaction__start', 'postgresql:x']").unwrap_err();
+        assert!(e.contains("\"provider:name\""), "{e}");
     }
 
     #[test]
