@@ -215,6 +215,23 @@ pub fn bpftrace(
             let _ = writeln!(out, "tracepoint:{} /pid == $1 && {start}/ {close}", k.exit);
             continue;
         }
+        if let (Some(u), Some(t)) = (&p.usdt, p.targets.first()) {
+            // bpftrace takes every site of a probe name (and sets its semaphore).
+            let obj = &t.display_object;
+            bpftrace_word("object", obj)?;
+            let names = |notes: &[crate::resolve::usdt::UsdtNote]| {
+                let mut v: Vec<String> = notes.iter().map(|n| n.full_name()).collect();
+                v.dedup();
+                v
+            };
+            for n in names(&u.starts) {
+                let _ = writeln!(out, "usdt:{obj}:{n} /pid == $1/ {open}");
+            }
+            for n in names(&u.dones) {
+                let _ = writeln!(out, "usdt:{obj}:{n} /pid == $1 && {start}/ {close}");
+            }
+            continue;
+        }
         for t in &p.targets {
             let obj = &t.display_object;
             bpftrace_word("object", obj)?;
@@ -283,6 +300,24 @@ pub fn perf_probe(
         let id = ident(&p.phase.name);
         if let Some(k) = &p.kernel {
             extra.push(format!("-e {} -e {}", k.enter, k.exit));
+            continue;
+        }
+        if let (Some(u), Some(t)) = (&p.usdt, p.targets.first()) {
+            // perf names SDT events from its build-id cache, not from a probe spec.
+            let mut names: Vec<String> = u
+                .starts
+                .iter()
+                .chain(&u.dones)
+                .map(|n| n.full_name())
+                .collect();
+            names.dedup();
+            let _ = writeln!(
+                out,
+                "# USDT phase {}: perf buildid-cache --add {} adds sdt_{} (perf list sdt)",
+                p.phase.name,
+                sh_quote(&t.display_object),
+                names.join(", sdt_")
+            );
             continue;
         }
         for (n, t) in p.targets.iter().enumerate() {
