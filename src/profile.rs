@@ -609,7 +609,10 @@ mod tests {
         assert!(parse(&format!("{ok}\narg = 0\ngroup_by = {{ arg = 1 }}")).is_ok());
         for (extra, says) in [
             ("", ""),
-            ("\nsymbol = 'f'", "exactly one of symbol, syscall, tracepoint or usdt"),
+            (
+                "\nsymbol = 'f'",
+                "exactly one of symbol, syscall, tracepoint or usdt",
+            ),
             ("\narg = 'retval'", "no arg = \"retval\""),
             ("\nreturn = 'uretprobe'", "no return"),
             ("\nmeasure = 'sample'", "no measure"),

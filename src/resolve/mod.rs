@@ -205,15 +205,18 @@ fn resolve_profile_with(
     let mut out = Vec::with_capacity(profile.phases.len());
     for (i, phase) in profile.phases.iter().enumerate() {
         let id = u32::try_from(i)?;
-        if let Some(names) = &phase.usdt {
-            let loaded = load(
+        let mut object = || {
+            load(
                 &mut located,
                 &mut parsed,
                 &target,
                 &search,
                 profile.object_of(phase),
-            );
-            out.push(resolve_usdt_phase(id, phase, names, loaded));
+            )
+            .clone()
+        };
+        if let Some(names) = &phase.usdt {
+            out.push(resolve_usdt_phase(id, phase, names, &object()));
             continue;
         }
         let Some(pattern) = phase.symbol.as_deref() else {
@@ -239,14 +242,13 @@ fn resolve_profile_with(
             });
             continue;
         };
-        let loaded = load(
-            &mut located,
-            &mut parsed,
-            &target,
-            &search,
-            profile.object_of(phase),
-        );
-        out.push(resolve_symbol_phase(id, phase, pattern, loaded, past_endbr));
+        out.push(resolve_symbol_phase(
+            id,
+            phase,
+            pattern,
+            &object(),
+            past_endbr,
+        ));
     }
     let objects: Vec<Rc<symbols::ObjectSymbols>> = parsed.into_values().flatten().collect();
     warn_inlined(&mut out, &objects);
