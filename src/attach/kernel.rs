@@ -128,17 +128,23 @@ impl Tracer {
         let child = field_offset("sched/sched_process_fork", "child_pid").unwrap_or(20);
         self.set_config(config::FORK_CHILD_PID, child)?;
         self.set_config(config::FILTER_TRACED, 1)?;
-        for (name, event) in [
-            (FORK_PROG, "sched_process_fork"),
-            (EXIT_PROG, "sched_process_exit"),
-        ] {
-            let (prog, first) = self.extra_program::<TracePoint>(name)?;
-            if first {
-                verified(name, prog.load())?;
-            }
-            prog.attach("sched", event).with_context(|| {
-                format!("attach tracepoint sched:{event} (is tracefs mounted?)")
-            })?;
+        let (prog, first) = self.extra_program::<TracePoint>(FORK_PROG)?;
+        if first {
+            verified(FORK_PROG, prog.load())?;
+        }
+        prog.attach("sched", "sched_process_fork")
+            .context("attach tracepoint sched:sched_process_fork (is tracefs mounted?)")?;
+        self.watch_exits()
+    }
+
+    /// Watches threads exit (sched:sched_process_exit, once): a thread keeps its phase stack
+    /// between root calls and frees it when it exits; `--follow-forks` forgets it there.
+    pub fn watch_exits(&mut self) -> Result<()> {
+        let (prog, first) = self.extra_program::<TracePoint>(EXIT_PROG)?;
+        if first {
+            verified(EXIT_PROG, prog.load())?;
+            prog.attach("sched", "sched_process_exit")
+                .context("attach tracepoint sched:sched_process_exit (is tracefs mounted?)")?;
         }
         Ok(())
     }
