@@ -114,6 +114,22 @@ fn settled(pg: &Pg) -> (Wal, Tables, u64) {
     }
 }
 
+/// `pg_stat_wal` once it shows `writes` and `syncs` more than `before`, or after 15 s as it
+/// is then. The WAL writer reports its figures after each of its rounds, without waiting for
+/// a lock it cannot get at once, and sleeps up to 5 s when idle: its last writes may show late.
+fn wal_reaching(pg: &Pg, before: Wal, writes: u64, syncs: u64) -> Wal {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = wal(pg);
+        if (now.write - before.write, now.sync - before.sync) == (writes, syncs)
+            || Instant::now() > deadline
+        {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 /// What pgbench printed about its run.
 struct Bench {
     processed: u64,
@@ -252,10 +268,22 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
         .trim()
         .parse()
         .expect("deleted rows");
-    let (wal1, tab1, reads) = settled(&pg);
+    let (_, tab1, reads) = settled(&pg);
     let (_, stderr) = w.stop();
     let run = read_json(&json);
     let tree = summary(&run);
+    // WAL against pg_stat_wal. Every WAL write is a pwrite(2) under a WAL phase (a commit's
+    // flush, the WAL writer's, or an insert that found the WAL buffers full); every WAL sync
+    // an fdatasync(2) (wal_sync_method = fdatasync; data files use fsync). Read after the
+    // detach: nothing writes WAL meanwhile (the statistics reads are SELECTs), and the WAL
+    // writer may report its last figures late.
+    let wal_writes = under(
+        &run,
+        "pwrite",
+        &["xlog_flush", "wal_bg_flush", "xlog_insert"],
+    );
+    let syncs = anywhere(&run, "fdatasync");
+    let wal1 = wal_reaching(&pg, wal0, wal_writes.0, syncs.0);
 
     // pgbench's and PostgreSQL's own counts.
     assert_eq!(b.processed, TXNS, "{out}");
@@ -332,15 +360,6 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
     assert_eq!(anywhere(&run, "commit_record").0, TXNS + 1);
     assert_eq!(under(&run, "xlog_flush", &["commit"]).0, TXNS + 1);
 
-    // WAL against pg_stat_wal. Every WAL write is a pwrite(2) under a WAL phase (a commit's
-    // flush, the WAL writer's, or an insert that found the WAL buffers full); every WAL sync
-    // an fdatasync(2) (wal_sync_method = fdatasync; data files use fsync).
-    let wal_writes = under(
-        &run,
-        "pwrite",
-        &["xlog_flush", "wal_bg_flush", "xlog_insert"],
-    );
-    let syncs = anywhere(&run, "fdatasync");
     let (dw, ds) = (wal1.write - wal0.write, wal1.sync - wal0.sync);
     assert_eq!(
         wal_writes.0, dw,
@@ -390,8 +409,9 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
     // which must be less than pgbench's latency average (that adds parsing, planning, seven
     // round trips and the client) and, measured raw (probes included, as pgbench saw them),
     // more than a tenth of it. The WAL flush of END's commit against pgbench's latency of
-    // END: the flush is most of it (the rest: a round trip and the commit's other work):
-    // within 40%..100%.
+    // END: no more than it, and what is left (a round trip, the commit's other work, the
+    // client) at most 60% of it or 1 ms. Seen here: flush 64-96% of END (fdatasync took
+    // 0.17-2.7 ms on different runs).
     let per_txn_ms = |ns: u64| ns as f64 / 1e6 / TXNS as f64;
     let server_ms = per_txn_ms(u(ex, "total_ns") + u(node(&run, &["commit"]), "total_ns"));
     let flush_ms = per_txn_ms(under(&run, "xlog_flush", &["commit"]).1);
@@ -405,7 +425,7 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
         "{figures}"
     );
     assert!(
-        flush_ms <= b.end_ms && flush_ms >= 0.4 * b.end_ms,
+        flush_ms <= b.end_ms && b.end_ms - flush_ms <= (0.6 * b.end_ms).max(1.0),
         "{figures}"
     );
 }
