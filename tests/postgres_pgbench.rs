@@ -93,9 +93,9 @@ fn tables(pg: &Pg) -> Tables {
 
 /// The statistics once every process has reported its own: a backend reports when it exits
 /// (after its client went away), the WAL writer on its next round (wal_writer_delay, 200 ms).
-/// Waits until two readings 400 ms apart agree (at most 20 s). Also returns the statements
-/// it ran (two a reading).
-fn settled(pg: &Pg) -> (Wal, Tables, u64) {
+/// Waits until two readings 400 ms apart agree and, if `upd` is given, n_tup_upd has reached
+/// it (at most 20 s). Also returns the statements it ran (two a reading).
+fn settled(pg: &Pg, upd: Option<u64>) -> (Wal, Tables, u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut last = (wal(pg), tables(pg));
     let mut statements = 2;
@@ -103,12 +103,12 @@ fn settled(pg: &Pg) -> (Wal, Tables, u64) {
         std::thread::sleep(Duration::from_millis(400));
         let now = (wal(pg), tables(pg));
         statements += 2;
-        if now == last {
+        if now == last && upd.is_none_or(|u| now.1.upd >= u) {
             return (now.0, now.1, statements);
         }
         assert!(
             Instant::now() < deadline,
-            "statistics still moving: {last:?} -> {now:?}"
+            "statistics still moving, or n_tup_upd short of {upd:?}: {last:?} -> {now:?}"
         );
         last = now;
     }
@@ -229,7 +229,7 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
         3,
         "walwriter, checkpointer, background writer: {aux:?}"
     );
-    let (wal0, tab0, _) = settled(&pg);
+    let (wal0, tab0, _) = settled(&pg, None);
 
     let dir = tempdir();
     let json = dir.path().join("run.json");
@@ -268,7 +268,7 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
         .trim()
         .parse()
         .expect("deleted rows");
-    let (_, tab1, reads) = settled(&pg);
+    let (_, tab1, reads) = settled(&pg, Some(tab0.upd + 3 * TXNS));
     let (_, stderr) = w.stop();
     let run = read_json(&json);
     let tree = summary(&run);
@@ -361,6 +361,11 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
     assert_eq!(under(&run, "xlog_flush", &["commit"]).0, TXNS + 1);
 
     let (dw, ds) = (wal1.write - wal0.write, wal1.sync - wal0.sync);
+    // Each commit writes and syncs its WAL, unless the WAL writer got there first.
+    assert!(
+        dw > TXNS / 2 && ds > TXNS / 2,
+        "{dw} WAL writes, {ds} syncs"
+    );
     assert_eq!(
         wal_writes.0, dw,
         "WAL writes: wprof vs pg_stat_wal.wal_write\n{tree}"
