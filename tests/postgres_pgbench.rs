@@ -434,3 +434,64 @@ fn pgbench_tpcb_like_updates_hot_updates_wal_and_latency_match_postgresqls_own_f
         "{figures}"
     );
 }
+
+/// Eight clients on pgbench's one branch row: an UPDATE that finds the row changed by a
+/// transaction that committed while it waited rechecks it (EvalPlanQual) and updates again.
+/// wprof's heap_update calls are then the updates PostgreSQL counted plus one per recheck,
+/// exactly, and the HOT units still equal n_tup_hot_upd.
+#[test]
+fn concurrent_updates_retry_through_a_recheck_and_the_counts_still_add_up() {
+    let Some(_g) = ready() else { return };
+    let pg = Pg::start_with(&[("autovacuum", "off")]);
+    pg.client("pgbench", &["-i", "-s", "1", "-q"]);
+    let (_, tab0, _) = settled(&pg, None);
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let w = Attach::start(
+        &[
+            "--target",
+            "postgres",
+            "--follow-forks",
+            "--pid",
+            &pg.postmaster_pid().to_string(),
+        ],
+        &json,
+    );
+    let out = pg.client(
+        "pgbench",
+        &[
+            "-n",
+            "-b",
+            "tpcb-like",
+            "-c",
+            "8",
+            "-j",
+            "2",
+            "-t",
+            "125",
+            "--report-per-command",
+        ],
+    );
+    let (_, tab1, _) = settled(&pg, Some(tab0.upd + 3 * TXNS));
+    w.stop();
+    let run = read_json(&json);
+    let tree = summary(&run);
+    assert_eq!(bench(&out).processed, TXNS, "{out}");
+    let upd = tab1.upd - tab0.upd;
+    let hot = tab1.hot_upd - tab0.hot_upd;
+    assert_eq!(upd, 3 * TXNS, "n_tup_upd");
+    let heap_update = u(node(&run, &["executor_run", "heap_update"]), "count");
+    let counted = node(&run, &["executor_run", "heap_update", "update_hot"]);
+    assert_eq!((u(counted, "count"), units(counted)), (upd, hot), "{tree}");
+    let rechecks = u(node(&run, &["executor_run", "recheck"]), "count");
+    // Eight clients, one branch row: conflicts are certain.
+    assert!(rechecks > 0, "no recheck\n{tree}");
+    eprintln!(
+        "8 clients: {upd} updates ({hot} HOT), {heap_update} heap_update calls, {rechecks} \
+         rechecks"
+    );
+    assert_eq!(heap_update, upd + rechecks, "heap_update calls\n{tree}");
+    for k in ["lost_spans", "unmatched_returns", "abandoned"] {
+        assert_eq!(u(&run["counters"], k), 0, "counters.{k}\n{tree}");
+    }
+}
