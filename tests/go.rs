@@ -1,8 +1,9 @@
-//! Privileged tests: real probes on the Go Parquet fixture (tests/fixtures/go-parquet: apache
-//! arrow-go's pqarrow and parquet-go writing real Parquet files from many goroutines under
-//! GOGC=10), with the built-in `parquet-go` profile. The fixture times and counts its own
-//! methods; wprof must count exactly as many calls and find the same time, never crash the
-//! program, and do so against a stripped build too.
+//! Privileged tests: real probes on the Go Parquet fixture (tests/fixtures/go-parquet: a copy of
+//! lakerunner's internal/parquetwriter under its real module path, so its symbols are the real
+//! writer's; apache arrow-go's pqarrow and parquet-go writing real Parquet files from many
+//! goroutines under GOGC=10), with the built-in `parquet-go` profile. The fixture times and
+//! counts its own methods; wprof must count exactly as many calls and find the same time, never
+//! crash the program, and do so against a stripped build too.
 //!
 //! The fixture is built by its build.sh (cached under ~/.cache/wprof-go; .ci/install.sh
 //! installs Go and builds it first). Without Go these tests skip, or fail under
@@ -69,14 +70,16 @@ fn truth(stdout: &[u8]) -> HashMap<String, u64> {
         .collect()
 }
 
-/// The profile's method phases and the fixture's names for them.
+/// The profile's method phases and the fixture's names for them: every lakerunner method the
+/// profile probes.
 const METHODS: &[(&str, &str)] = &[
     ("arrow_write_batch", "arrow_write_batch"),
     ("arrow_flush", "arrow_flush"),
     ("arrow_close", "arrow_close"),
     ("pqgo_write_batch", "parquet_go_write_batch"),
-    ("pqgo_flush", "parquet_go_flush"),
+    ("pqgo_buffer_file", "parquet_go_buffer_file"),
     ("pqgo_close", "parquet_go_close"),
+    ("pqgo_stream", "parquet_go_stream"),
 ];
 
 /// What the run says about one phase, summed over every node of it.
@@ -170,7 +173,9 @@ fn assert_counters_zero(run: &serde_json::Value, keys: &[&str]) {
 }
 
 /// Counts exact, nothing lost, unmatched or abandoned, every method's time within `tol` of
-/// the fixture's own timer, rows as the fixture counted them.
+/// the fixture's own timer, rows as the fixture counted them: parquet-go's `Write` returns the
+/// rows it wrote (one call per row), and no phase counts rows from `WriteBatch`'s batch
+/// pointer.
 fn assert_matches_fixture(run: &serde_json::Value, t: &HashMap<String, u64>, tol: f64) {
     let sums = phase_sums(run);
     assert_counters_zero(
@@ -213,14 +218,19 @@ fn assert_matches_fixture(run: &serde_json::Value, t: &HashMap<String, u64>, tol
             tol * 100.0
         );
     }
+    let pqgo_rows = t["parquet_go_rows_written"];
+    assert_eq!(pqgo_rows, t["parquet_go_write_batch_rows"], "rows taken");
     assert_eq!(
-        sums["arrow_write_batch"].rows, t["arrow_write_batch_rows"],
-        "arrow rows"
+        sums["pqgo_generic_write"].count, pqgo_rows,
+        "one Write a row"
     );
     assert_eq!(
-        sums["pqgo_write_batch"].rows, t["parquet_go_write_batch_rows"],
-        "parquet-go rows"
+        sums["pqgo_generic_write"].rows, pqgo_rows,
+        "parquet-go rows (Write's result)"
     );
+    for phase in METHODS.iter().map(|m| m.0).chain(["pqarrow_write"]) {
+        assert_eq!(sums[phase].rows, 0, "{phase} counts no rows");
+    }
 }
 
 fn record(
@@ -247,9 +257,10 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
         return;
     };
     let dir = tempdir();
-    // 50,000 WriteBatch calls per backend (100,000), 32 writer goroutines on 2 CPUs, a fresh
-    // goroutine per file, GOGC=10: with the library's writes, flushes, closes and the GC's
-    // assists, well over 200,000 probed calls.
+    // 50,000 WriteBatch calls per backend (100,000) of 4 rows (a 256-row record batch every 64
+    // calls, the rest of a file's 1,000 rows flushed by Close), 32 writer goroutines on 2 CPUs,
+    // a fresh goroutine per file, GOGC=10: with parquet-go's 200,000 Write calls (one a row, in
+    // Close), the flushes, closes and the GC's assists, well over 300,000 probed calls.
     let batches = "50000";
     let csv = dir.path().join("calls.csv");
     let csv_arg = csv.to_str().expect("utf-8 path");
@@ -257,7 +268,9 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
         dir.path(),
         &prog,
         &["--events", csv_arg, "--max-calls", "1000000"],
-        &["-batches", batches, "-workers", "16", "-gogc", "10"],
+        &[
+            "-batches", batches, "-workers", "16", "-gogc", "10", "-rows", "4", "-chunk", "256",
+        ],
     );
     let t = truth(&out.stdout);
     assert_eq!(
@@ -265,19 +278,24 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
         100_000
     );
     // Real Parquet files, all rows read back; the GC ran hard.
-    assert_eq!(t["rows_read"], 2 * 50_000 * 32);
+    assert_eq!(t["rows_read"], 2 * 50_000 * 4);
     assert!(t["gc_runs"] >= 100, "gc_runs={}", t["gc_runs"]);
     assert_matches_fixture(&run, &t, 0.05);
-    // The libraries' own writes nest under the backends' methods, and the GC's assists
-    // were seen inside them.
+    // The libraries' own writes nest under the backends' methods as in lakerunner: arrow's
+    // under the flush of a WriteBatch (or of Close), parquet-go's only under Close, which
+    // streams the buffered rows; and the GC's assists were seen inside them.
     let sums = phase_sums(&run);
     assert_eq!(sums["pqarrow_write"].count, t["arrow_flush_calls"]);
-    assert_eq!(
-        sums["pqgo_generic_write"].count,
-        t["parquet_go_write_batch_calls"]
-    );
+    assert_eq!(sums["pqgo_generic_write"].count, 200_000);
     node(&run, &["arrow_write_batch", "arrow_flush", "pqarrow_write"]);
-    node(&run, &["pqgo_write_batch", "pqgo_generic_write"]);
+    node(&run, &["arrow_close", "arrow_flush", "pqarrow_write"]);
+    let generic = node(&run, &["pqgo_close", "pqgo_stream", "pqgo_generic_write"]);
+    assert_eq!(u(generic, "count"), 200_000, "{}", summary(&run));
+    node(&run, &["pqgo_write_batch", "pqgo_buffer_file"]);
+    // One buffer file for each file parquet-go wrote: 16 writers, 3,125 batches each, a file
+    // every 250 (13 files a writer, per backend).
+    assert_eq!(t["files"], 2 * 16 * 13);
+    assert_eq!(sums["pqgo_buffer_file"].count, 16 * 13);
     assert!(sums["gc_assist"].count > 1000, "{:?}", sums["gc_assist"]);
     // Every stop of the world is matched by its restart (two per GC cycle, and the fixture's
     // two ReadMemStats), and the calls that sat through pauses show them under themselves,
@@ -308,19 +326,19 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
     node(&run, &["arrow_write_batch", "gc_stw"]);
     node(&run, &["pqgo_write_batch", "gc_stw"]);
     let total: u64 = sums.values().map(|s| s.count).sum();
-    assert!(total > 200_000, "{total} calls");
+    assert!(total > 300_000, "{total} calls");
     assert_call_rows_follow_goroutines(&csv, &run);
-    // Per-backend throughput in the text tree.
+    // parquet-go's throughput in the text tree, from Write's results: one `rows:` line, for
+    // the path that writes rows, and none made up from a batch pointer.
     let stdout = String::from_utf8_lossy(&out.stdout);
-    for backend in ["arrow_write_batch", "pqgo_write_batch"] {
-        assert!(
-            stdout
-                .lines()
-                .any(|l| l.starts_with(&format!("rows: {backend} 1600000 rows"))
-                    && l.contains("rows/s")),
-            "{backend}:\n{stdout}"
-        );
-    }
+    let rows: Vec<&str> = stdout.lines().filter(|l| l.starts_with("rows: ")).collect();
+    assert_eq!(rows.len(), 1, "{stdout}");
+    assert!(
+        rows[0].starts_with("rows: pqgo_close/pqgo_stream/pqgo_generic_write 200000 rows")
+            && rows[0].contains("rows/s inside pqgo_close"),
+        "{}",
+        rows[0]
+    );
 }
 
 #[test]
@@ -457,7 +475,8 @@ fn calls_left_by_a_recovered_panic_are_abandoned_and_the_tree_stays_right() {
     }
     for (phase, key) in [
         ("arrow_flush", "arrow_flush"),
-        ("pqgo_flush", "parquet_go_flush"),
+        ("pqgo_buffer_file", "parquet_go_buffer_file"),
+        ("pqgo_stream", "parquet_go_stream"),
     ] {
         assert_eq!(
             phase_sums(&run)[phase].count,
@@ -595,7 +614,7 @@ fn cpu_samples_land_under_the_go_phase_of_the_goroutine_they_interrupted() {
         let backend = frames.iter().find_map(|f| {
             if f.contains("(*ArrowBackend).WriteBatch") {
                 Some("arrow_write_batch")
-            } else if f.contains("(*ParquetGoBackend).WriteBatch") {
+            } else if f.contains("(*GoParquetBackend).WriteBatch") {
                 Some("pqgo_write_batch")
             } else {
                 None
@@ -655,7 +674,9 @@ fn in_kernel_aggregation_keeps_go_counts_times_and_pauses() {
         dir.path(),
         &prog,
         &["--aggregate", "kernel"],
-        &["-batches", "10000", "-workers", "16", "-gogc", "10"],
+        &[
+            "-batches", "10000", "-workers", "16", "-gogc", "10", "-rows", "8",
+        ],
     );
     assert_eq!(
         run["provenance"]["aggregation"],
@@ -705,7 +726,7 @@ name = "arrow_write_batch"
 symbol = '*.(\*ArrowBackend).WriteBatch'
 [[phase]]
 name = "pqgo_write_batch"
-symbol = '*.(\*ParquetGoBackend).WriteBatch'
+symbol = '*.(\*GoParquetBackend).WriteBatch'
 "#,
     )
     .unwrap();

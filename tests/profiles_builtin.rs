@@ -277,3 +277,148 @@ fn tsdb_profile_matches_the_real_storage_library() {
     ];
     assert!(unmatched_in("tsdb", &real).is_empty());
 }
+
+#[test]
+fn parquet_go_profile_matches_the_real_lakerunner_writer() {
+    // lakerunner's internal/parquetwriter and the libraries under it, as ../shared/facts.md
+    // lists them (Go names as a panic prints them; what wprof matches on), with the runtime's
+    // functions every Go 1.2x binary has.
+    let real = [
+        "github.com/cardinalhq/lakerunner/internal/parquetwriter.(*ArrowBackend).WriteBatch",
+        "github.com/cardinalhq/lakerunner/internal/parquetwriter.(*ArrowBackend).flushRecordBatch",
+        "github.com/cardinalhq/lakerunner/internal/parquetwriter.(*ArrowBackend).Close",
+        "github.com/cardinalhq/lakerunner/internal/parquetwriter.(*GoParquetBackend).WriteBatch",
+        "github.com/cardinalhq/lakerunner/internal/parquetwriter.(*GoParquetBackend).Close",
+        "github.com/cardinalhq/lakerunner/internal/parquetwriter.(*GoParquetBackend).streamBinaryToParquet",
+        "github.com/cardinalhq/lakerunner/internal/parquetwriter.(*GoParquetBackend).startNewBufferFile",
+        "github.com/apache/arrow-go/v18/parquet/pqarrow.(*FileWriter).Write",
+        "github.com/parquet-go/parquet-go.(*GenericWriter[go.shape.map[string]interface {}]).Write",
+        // The per-type wrapper Go inlines into its callers: not the one to probe.
+        "github.com/parquet-go/parquet-go.(*GenericWriter[map[string]interface {}]).Write",
+        "runtime.gcAssistAlloc",
+        "runtime.stopTheWorldWithSema",
+        "runtime.startTheWorldWithSema",
+    ];
+    assert!(unmatched_in("parquet-go", &real).is_empty());
+    let p = load("parquet-go");
+    let phase = |name: &str| {
+        p.phases
+            .iter()
+            .find(|ph| ph.name == name)
+            .unwrap_or_else(|| panic!("no phase {name}"))
+    };
+    let hits = |name: &str| -> Vec<&str> {
+        let pattern = phase(name).symbol.as_deref().expect("a symbol phase");
+        real.iter()
+            .copied()
+            .filter(|n| wprof::resolve::matcher::names(pattern, n).unwrap())
+            .collect()
+    };
+    for (name, method) in [
+        ("arrow_write_batch", "(*ArrowBackend).WriteBatch"),
+        ("arrow_flush", "(*ArrowBackend).flushRecordBatch"),
+        ("arrow_close", "(*ArrowBackend).Close"),
+        ("pqgo_write_batch", "(*GoParquetBackend).WriteBatch"),
+        ("pqgo_buffer_file", "(*GoParquetBackend).startNewBufferFile"),
+        ("pqgo_close", "(*GoParquetBackend).Close"),
+        ("pqgo_stream", "(*GoParquetBackend).streamBinaryToParquet"),
+    ] {
+        assert!(
+            !phase(name).optional,
+            "{name} is lakerunner's own: required"
+        );
+        assert_eq!(
+            hits(name),
+            [format!(
+                "github.com/cardinalhq/lakerunner/internal/parquetwriter.{method}"
+            )],
+            "{name}"
+        );
+    }
+    // The shaped body, not the inlined wrapper.
+    assert_eq!(
+        hits("pqgo_generic_write"),
+        ["github.com/parquet-go/parquet-go.(*GenericWriter[go.shape.map[string]interface {}]).Write"]
+    );
+    // No row count from a pointer: WriteBatch(ctx, batch *pipeline.Batch) gets the receiver in
+    // rax, ctx in rbx/rcx and the batch pointer in rdi; rows come only from parquet-go's
+    // `written` result.
+    for ph in &p.phases {
+        if ph.name == "pqgo_generic_write" {
+            assert_eq!(ph.capture(), Some(wprof::profile::Capture::RetVal));
+            assert_eq!(ph.unit.as_deref(), Some("rows"));
+        } else {
+            assert_eq!(ph.capture(), None, "{} captures an argument", ph.name);
+            assert_eq!(ph.unit, None, "{} has a unit", ph.name);
+        }
+    }
+    // The names of the old, made-up layout are gone.
+    for ph in &p.phases {
+        let s = ph.symbol.as_deref().unwrap_or_default();
+        assert!(
+            !s.contains("ParquetGoBackend") && !s.ends_with(".flush"),
+            "{}: {s}",
+            ph.name
+        );
+    }
+}
+
+/// The profile against the fixture, which carries lakerunner's module path: every phase
+/// resolves to the real writer's full Go name (what `wprof probes --binary` shows).
+#[test]
+fn parquet_go_profile_resolves_the_real_names_in_the_fixture() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let script = root.join("tests/fixtures/go-parquet/build.sh");
+    let go = std::process::Command::new("bash")
+        .arg(&script)
+        .arg("--find-go")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !wprof::testing::require(go, "a Go 1.25+ toolchain (.ci/install.sh installs one)") {
+        return;
+    }
+    let dir = root.join("target/go-fixtures");
+    let out = common::run(std::process::Command::new("bash").arg(&script).arg(&dir));
+    assert!(out.status.success(), "Go fixture build: {}", text(&out));
+    let p = load("parquet-go");
+    let phases =
+        wprof::resolve::resolve_profile(&p, &wprof::resolve::Scope::Binary(dir.join("goparquet")))
+            .expect("resolve");
+    let resolved = |name: &str| -> Vec<String> {
+        let ph = phases
+            .iter()
+            .find(|ph| ph.phase.name == name)
+            .unwrap_or_else(|| panic!("no phase {name}"));
+        assert!(
+            matches!(ph.status, wprof::resolve::Status::Resolved),
+            "{name}: {:?}",
+            ph.status
+        );
+        ph.targets.iter().map(|t| t.demangled.clone()).collect()
+    };
+    for (name, method) in [
+        ("arrow_write_batch", "(*ArrowBackend).WriteBatch"),
+        ("arrow_flush", "(*ArrowBackend).flushRecordBatch"),
+        ("arrow_close", "(*ArrowBackend).Close"),
+        ("pqgo_write_batch", "(*GoParquetBackend).WriteBatch"),
+        ("pqgo_buffer_file", "(*GoParquetBackend).startNewBufferFile"),
+        ("pqgo_close", "(*GoParquetBackend).Close"),
+        ("pqgo_stream", "(*GoParquetBackend).streamBinaryToParquet"),
+    ] {
+        assert_eq!(
+            resolved(name),
+            [format!(
+                "github.com/cardinalhq/lakerunner/internal/parquetwriter.{method}"
+            )],
+            "{name}"
+        );
+    }
+    assert_eq!(
+        resolved("pqgo_generic_write"),
+        ["github.com/parquet-go/parquet-go.(*GenericWriter[go.shape.map[string]interface {}]).Write"]
+    );
+    assert_eq!(
+        resolved("pqarrow_write"),
+        ["github.com/apache/arrow-go/v18/parquet/pqarrow.(*FileWriter).Write"]
+    );
+}

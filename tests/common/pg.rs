@@ -37,6 +37,8 @@ pub struct Pg {
     dir: tempfile::TempDir,
     /// The port (names the socket file; there is no TCP listener).
     pub port: u16,
+    /// Server settings beyond the defaults (`-c name=value` each), kept for restarts.
+    settings: Vec<String>,
 }
 
 fn free_port() -> u16 {
@@ -70,6 +72,12 @@ fn must(cmd: &mut Command, what: &str) -> String {
 impl Pg {
     /// initdb + start; panics with the server log when either fails.
     pub fn start() -> Pg {
+        Pg::start_with(&[])
+    }
+
+    /// Like [`Pg::start`], with server settings (`("track_wal_io_timing", "on")`) on the
+    /// command line.
+    pub fn start_with(settings: &[(&str, &str)]) -> Pg {
         let dir = tempfile::Builder::new()
             .prefix("wprof-pg-")
             .tempdir()
@@ -83,6 +91,10 @@ impl Pg {
         let pg = Pg {
             dir,
             port: free_port(),
+            settings: settings
+                .iter()
+                .map(|(k, v)| format!(" -c {k}={v}"))
+                .collect(),
         };
         std::fs::create_dir_all(pg.sock()).expect("socket dir");
         must(
@@ -105,9 +117,10 @@ impl Pg {
 
     fn pg_ctl_start(&self) {
         let opts = format!(
-            "-p {} -c listen_addresses='' -c unix_socket_directories='{}' -c fsync=on",
+            "-p {} -c listen_addresses='' -c unix_socket_directories='{}' -c fsync=on{}",
             self.port,
-            self.sock().display()
+            self.sock().display(),
+            self.settings.concat()
         );
         let status = as_postgres(self.dir(), "pg_ctl")
             .arg("-D")
@@ -183,6 +196,19 @@ impl Pg {
                 "postgres",
             ]);
         c
+    }
+
+    /// Runs a PostgreSQL 15 client program (`pgbench`, ...) against this cluster as user
+    /// `postgres` on database `postgres`, with `args`; returns its output (stdout then
+    /// stderr), panics when it fails.
+    pub fn client(&self, program: &str, args: &[&str]) -> String {
+        let mut c = Command::new(Path::new(PG_BIN).join(program));
+        c.arg("-h")
+            .arg(self.sock())
+            .args(["-p", &self.port.to_string(), "-U", "postgres"])
+            .args(args)
+            .arg("postgres");
+        must(&mut c, &format!("{program} {args:?}"))
     }
 
     /// Runs SQL in a new session (`ON_ERROR_STOP`); returns its output, panics on an error.
