@@ -233,7 +233,7 @@ impl Tracer {
             self.aggregate_in_kernel()?;
         }
         self.set_phase_keys(phases)?;
-        self.watch_exits()?;
+        self.watch_exits_if_allowed();
         let mut summary = AttachSummary::default();
         // (program, object, phase when it gets links of its own) -> points, in phase order.
         let mut plan: Vec<(
@@ -400,7 +400,7 @@ impl Tracer {
                 None => urets.push(point(p.entry, cookie(p.phase, SiteKind::Uretprobe, true))),
             }
         }
-        self.watch_exits()?;
+        self.watch_exits_if_allowed();
         let progs = self.progs;
         for (prog, pts) in [
             (progs.entry, entries),

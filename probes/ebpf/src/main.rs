@@ -625,11 +625,14 @@ fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64>) {
 
 /// Frees a goroutine's stack once its outermost phase returned (goroutines come and go by the
 /// thousand, and nothing tells BPF when one ends). A thread keeps its stack, empty, until it
-/// exits (`wprof_exit`): making one copies a whole `ThreadStack` (~13 KB) from `SCRATCH`, which
-/// every root call paid when it was freed at depth 0.
+/// exits (`wprof_exit`, when `config::KEEP_THREAD_STACKS` says it is attached): making one
+/// copies a whole `ThreadStack` (~13 KB) from `SCRATCH`, which every root call paid when it was
+/// freed at depth 0.
 #[inline(always)]
 fn release_stack(key: u64) {
-    if key & GOROUTINE_KEY_BIT != 0 {
+    if key & GOROUTINE_KEY_BIT != 0
+        || CONFIG.get(config::KEEP_THREAD_STACKS).copied().unwrap_or(0) == 0
+    {
         let _ = STACKS.remove(&key);
     }
 }
