@@ -137,24 +137,16 @@ impl Tracer {
         self.watch_exits()
     }
 
-    /// Watches threads exit (sched:sched_process_exit, once): a thread keeps its phase stack
-    /// between root calls and frees it when it exits; `--follow-forks` forgets it there.
-    pub fn watch_exits(&mut self) -> Result<()> {
+    /// Watches threads exit (sched:sched_process_exit, once), for `--follow-forks` to forget
+    /// them (and free their phase stacks at once).
+    fn watch_exits(&mut self) -> Result<()> {
         let (prog, first) = self.extra_program::<TracePoint>(EXIT_PROG)?;
         if first {
             verified(EXIT_PROG, prog.load())?;
             prog.attach("sched", "sched_process_exit")
                 .context("attach tracepoint sched:sched_process_exit (is tracefs mounted?)")?;
-            self.set_config(config::KEEP_THREAD_STACKS, 1)?;
         }
         Ok(())
-    }
-
-    /// [`Tracer::watch_exits`] where it can be had: a user who may not read tracefs (wprof
-    /// with file capabilities) gets stacks freed at depth 0 instead, which costs each root
-    /// call a stack's creation (~90 ns on the fixture) and nothing else.
-    pub fn watch_exits_if_allowed(&mut self) {
-        let _ = self.watch_exits();
     }
 
     /// Starts tracking when traced threads leave and re-enter the CPU.

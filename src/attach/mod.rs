@@ -118,6 +118,8 @@ pub struct Tracer {
     phase_plans: std::collections::HashMap<u32, Vec<LinkPlan>>,
     /// The USDT phases' probes (see `usdt`): links of their own, with their semaphores.
     usdt_links: Vec<usdt::UsdtLink>,
+    /// When [`Tracer::sweep_exited_threads`] last ran.
+    last_sweep: std::time::Instant,
 }
 
 /// One attach call of a phase with links of its own, kept to make it again.
@@ -201,10 +203,13 @@ impl Tracer {
             phase_plans: Default::default(),
             phase_links: Default::default(),
             usdt_links: Vec::new(),
+            last_sweep: std::time::Instant::now(),
         };
         for name in progs.all() {
             verified(name, tracer.program(name)?.load())?;
         }
+        // Threads keep their stacks between root calls; `sweep_exited_threads` frees them.
+        tracer.set_config(wprof_common::config::KEEP_THREAD_STACKS, 1)?;
         Ok(tracer)
     }
 
@@ -233,7 +238,6 @@ impl Tracer {
             self.aggregate_in_kernel()?;
         }
         self.set_phase_keys(phases)?;
-        self.watch_exits_if_allowed();
         let mut summary = AttachSummary::default();
         // (program, object, phase when it gets links of its own) -> points, in phase order.
         let mut plan: Vec<(
@@ -400,7 +404,6 @@ impl Tracer {
                 None => urets.push(point(p.entry, cookie(p.phase, SiteKind::Uretprobe, true))),
             }
         }
-        self.watch_exits_if_allowed();
         let progs = self.progs;
         for (prog, pts) in [
             (progs.entry, entries),
@@ -610,6 +613,42 @@ impl Tracer {
             .with_context(|| format!("watch dlopen through {}", ld.display_object))?;
         }
         Ok(())
+    }
+
+    /// Frees the phase stacks of threads that have exited, at most once a second. A thread
+    /// keeps its stack, empty, between root calls (making one copies ~13 KB in BPF, which a
+    /// root call paid every time when stacks were freed at depth 0: ~90 ns a call on the
+    /// fixture); freeing them at the thread's exit from BPF would need a tracepoint on
+    /// sched_process_exit in every run, whose enabling patches the kernel's text and crashed
+    /// kernels under QEMU's emulation. A stack with calls still open stays, for the end of the
+    /// run to count them abandoned. (A tid reused within the second by the same process would
+    /// find its empty stack gone: it makes a new one.)
+    pub fn sweep_exited_threads(&mut self) {
+        const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+        if self.last_sweep.elapsed() < EVERY {
+            return;
+        }
+        self.last_sweep = std::time::Instant::now();
+        let Some(map) = self.ebpf.map_mut("STACKS") else {
+            return;
+        };
+        let Ok(mut stacks) = aya::maps::HashMap::<_, u64, wprof_common::ThreadStack>::try_from(map)
+        else {
+            return;
+        };
+        let gone: Vec<u64> = stacks
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|k| k & wprof_common::GOROUTINE_KEY_BIT == 0)
+            .filter(|k| {
+                !std::path::Path::new(&format!("/proc/{}/task/{}", k >> 32, *k as u32)).exists()
+            })
+            .collect();
+        for k in gone {
+            if stacks.get(&k, 0).is_ok_and(|st| st.len == 0) {
+                let _ = stacks.remove(&k);
+            }
+        }
     }
 
     /// Detaches every probe (idempotent). Maps stay readable for the final counts.

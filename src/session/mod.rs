@@ -632,6 +632,7 @@ impl trace_loop::Hooks for RunHooks<'_> {
 
     fn tick(&mut self, agg: &mut Aggregator, traced: Vec<u32>) -> Option<EndReason> {
         self.tracer.jitter_sampling();
+        self.tracer.sweep_exited_threads();
         self.keeper.poll(self.tracer, agg);
         let over = self.overhead.tick(self.tracer, traced.into_iter());
         self.maybe_switch();

@@ -365,9 +365,9 @@ pub mod config {
     pub const GO_G_M: u32 = 7;
     /// Offset of `runtime.m.curg` in the traced Go binary, 0 when unknown.
     pub const GO_M_CURG: u32 = 8;
-    /// 1 once threads' exits are watched (sched:sched_process_exit attached): a thread then
-    /// keeps its phase stack between root calls and frees it when it exits. 0 (a user who may
-    /// not read tracefs): it is freed when its outermost phase returns.
+    /// 1: a thread keeps its phase stack between root calls (userspace frees those of exited
+    /// threads, `Tracer::sweep_exited_threads`); 0: it is freed when its outermost phase
+    /// returns.
     pub const KEEP_THREAD_STACKS: u32 = 9;
     /// Number of entries.
     pub const COUNT: u32 = 12;

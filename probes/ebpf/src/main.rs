@@ -625,7 +625,7 @@ fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64>) {
 
 /// Frees a goroutine's stack once its outermost phase returned (goroutines come and go by the
 /// thousand, and nothing tells BPF when one ends). A thread keeps its stack, empty, until it
-/// exits (`wprof_exit`, when `config::KEEP_THREAD_STACKS` says it is attached): making one
+/// exits (`config::KEEP_THREAD_STACKS`; userspace frees those of exited threads): making one
 /// copies a whole `ThreadStack` (~13 KB) from `SCRATCH`, which every root call paid when it was
 /// freed at depth 0.
 #[inline(always)]
@@ -1368,10 +1368,10 @@ pub fn wprof_fork(ctx: TracePointContext) -> u32 {
     0
 }
 
-/// sched:sched_process_exit: free an exiting thread's phase stack (threads keep theirs between
-/// root calls, see `release_stack`), counting the calls still open on it as abandoned (they
-/// can never return); with `--follow-forks`, forget the thread, so the `TRACED` set does not
-/// fill up with the tids of short-lived threads.
+/// sched:sched_process_exit (`--follow-forks`): forget an exited thread, so the `TRACED` set
+/// does not fill up with the tids of short-lived threads, and free its phase stack (threads keep
+/// theirs between root calls, see `release_stack`), counting the calls still open on it as
+/// abandoned (they can never return).
 #[tracepoint]
 pub fn wprof_exit(_ctx: TracePointContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
