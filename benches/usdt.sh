@@ -4,10 +4,10 @@
 #
 # pgbench tpcb-like (2 clients, T seconds, default synchronous_commit), untraced, under
 # `wprof attach --follow-forks` with the built-in `postgres-usdt` profile (11 USDT phases, 2
-# function phases, fdatasync) and with `postgres` (function phases only), and under bpftrace
-# timing the same USDT pairs, functions and syscall into per-phase histograms. Prints tps and
-# its ratio to the untraced run of the round, and the transactions wprof counted against the
-# server's own commit + rollback counts.
+# function phases, fdatasync) and with `postgres` (function phases only), each next to bpftrace
+# running the same profile's probes (`wprof export --bpftrace`: per-phase counts, sums and
+# histograms). Prints tps and its ratio to the untraced run of the round, and the transactions
+# each tool counted against the server's own commit + rollback counts.
 #
 # Run as root: benches/usdt.sh [ROUNDS] [PGBENCH_SECONDS]
 set -euo pipefail
@@ -37,33 +37,25 @@ tps() { pgb -n -c 2 -T "$T" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
 xacts() { psql1 "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = 'postgres'"; }
 pm=$(head -n1 "$tmp/pg/postmaster.pid")
 
-# bpftrace: the same pairs as postgres-usdt, each into a histogram.
-{
-  pair() { # pair NAME START DONE...
-    local n=$1 s=$2; shift 2
-    echo "usdt:$PG:postgresql:$s { @s_$n[tid] = nsecs; }"
-    for d in "$@"; do
-      echo "usdt:$PG:postgresql:$d /@s_$n[tid]/ { @$n = hist(nsecs - @s_$n[tid]); delete(@s_$n[tid]); }"
-    done
-  }
-  pair transaction transaction__start transaction__commit transaction__abort
-  pair parse query__parse__start query__parse__done
-  pair rewrite query__rewrite__start query__rewrite__done
-  pair plan query__plan__start query__plan__done
-  pair execute query__execute__start query__execute__done
-  pair lwlock lwlock__wait__start lwlock__wait__done
-  pair lock lock__wait__start lock__wait__done
-  pair bufread buffer__read__start buffer__read__done
-  pair bufdirty buffer__write__dirty__start buffer__write__dirty__done
-  pair walbuf wal__buffer__write__dirty__start wal__buffer__write__dirty__done
-  for f in standard_ExecutorRun XLogFlush; do
-    echo "uprobe:$PG:$f { @s_$f[tid] = nsecs; }"
-    echo "uretprobe:$PG:$f /@s_$f[tid]/ { @$f = hist(nsecs - @s_$f[tid]); delete(@s_$f[tid]); }"
-  done
-  echo "tracepoint:syscalls:sys_enter_fdatasync { @s_fd[tid] = nsecs; }"
-  echo "tracepoint:syscalls:sys_exit_fdatasync /@s_fd[tid]/ { @fdatasync = hist(nsecs - @s_fd[tid]); delete(@s_fd[tid]); }"
-  echo "usdt:$PG:postgresql:transaction__start { @transactions = count(); }"
-} >"$tmp/usdt.bt"
+# bpftrace with each profile's own probes: `wprof export --bpftrace` writes them (per-phase
+# counts, sums and histograms in bpftrace's maps); its pid filter is dropped, as
+# --follow-forks traces every backend (only PostgreSQL's processes map its binary).
+bt_script() { # bt_script PROFILE > FILE
+  "$W" export --target "$1" --binary "$PG" --bpftrace 2>/dev/null |
+    sed -e 's#/pid == \$1/ ##' -e 's#/pid == \$1 && #/#' -e '/^BEGIN/d'
+}
+bt_script postgres-usdt >"$tmp/usdt.bt"
+bt_script postgres >"$tmp/fn.bt"
+bt_run() { # bt_run FILE -> "tps transactions"
+  bpftrace "$1" >"$tmp/bt.out" 2>&1 &
+  local bp=$!
+  for _ in $(seq 100); do grep -q "Attaching" "$tmp/bt.out" && break; sleep 0.1; done
+  sleep 2
+  local t
+  t=$(tps)
+  kill -INT "$bp"; wait "$bp" || true
+  echo "$t $(sed -n 's/^@calls\[transaction\]: //p' "$tmp/bt.out")"
+}
 
 wprof_run() { # wprof_run PROFILE -> "tps transactions server_transactions"
   local x0 t
@@ -79,22 +71,18 @@ wprof_run() { # wprof_run PROFILE -> "tps transactions server_transactions"
   echo "$t $n $(($(xacts) - x0 - 2))"
 }
 
-printf '%-6s %-40s %9s %6s  %s\n' round tool tps ratio "transactions (wprof / server)"
+printf '%-6s %-40s %9s %6s  %s\n' round tool tps ratio "transactions (tool / server)"
 for r in $(seq "$ROUNDS"); do
   b=$(tps)
   printf '%-6s %-40s %9s %6s\n' "$r" untraced "$b" 1.00
   read -r t n s < <(wprof_run postgres-usdt)
   printf '%-6s %-40s %9s %6.2f  %s / %s\n' "$r" "wprof --target postgres-usdt" "$t" "$(echo "$t / $b" | bc -l)" "$n" "$s"
+  read -r t n < <(bt_run "$tmp/usdt.bt")
+  printf '%-6s %-40s %9s %6.2f  %s\n' "$r" "bpftrace, postgres-usdt's probes" "$t" "$(echo "$t / $b" | bc -l)" "$n"
   read -r t _ _ < <(wprof_run postgres)
   printf '%-6s %-40s %9s %6.2f\n' "$r" "wprof --target postgres" "$t" "$(echo "$t / $b" | bc -l)"
-  bpftrace "$tmp/usdt.bt" >"$tmp/bt.out" 2>&1 &
-  bp=$!
-  for _ in $(seq 100); do grep -q "Attaching" "$tmp/bt.out" && break; sleep 0.1; done
-  sleep 2
-  t=$(tps)
-  kill -INT "$bp"; wait "$bp" || true
-  printf '%-6s %-40s %9s %6.2f  %s\n' "$r" "bpftrace (same USDT pairs, functions)" "$t" \
-    "$(echo "$t / $b" | bc -l)" "$(sed -n 's/^@transactions: //p' "$tmp/bt.out")"
+  read -r t _ < <(bt_run "$tmp/fn.bt")
+  printf '%-6s %-40s %9s %6.2f\n' "$r" "bpftrace, postgres's probes" "$t" "$(echo "$t / $b" | bc -l)"
 done
 echo "ratio = traced / untraced tps of the round; transactions: wprof's transaction calls against"
 echo "pg_stat_database's commits + rollbacks over the same window (less the reading session's two)"

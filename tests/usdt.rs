@@ -7,7 +7,8 @@
 //!   `wal_buffer_write` call, exactly;
 //! - USDT phases nest with function phases in one tree: `standard_ExecutorRun` (a uprobe on a
 //!   function) sits inside `execute` inside `execute` (PortalRun and the PortalRunMulti it
-//!   calls both fire `query__execute__start`) inside `transaction`, 4 per pgbench transaction;
+//!   calls both fire `query__execute__start`) inside `transaction`, 4 per pgbench transaction,
+//!   and the buffer reads (USDT) inside it;
 //! - statements group by their text (`group_by` on `query__parse__start`'s argument);
 //! - the probes' semaphores are raised while wprof is attached and back to 0 after it exits.
 
@@ -178,12 +179,17 @@ fn usdt_phases_count_what_the_server_counted_and_nest_with_function_phases() {
     // Nesting: the executor (a function) inside both execute levels inside the transaction.
     let dml = node(&run, &["transaction", "execute", "execute", "executor_run"]);
     assert_eq!(u(dml, "count"), 4 * PGBENCH_TRANSACTIONS, "{sum}");
-    assert!(
-        u(
-            node(&run, &["transaction", "xlog_flush", "fdatasync"]),
-            "count"
-        ) > 0
-    );
+    let flush = ["transaction", "xlog_flush", "fdatasync"];
+    assert!(u(node(&run, &flush), "count") > 0, "{sum}");
+    // And USDT phases inside a function phase: the executor's buffer reads.
+    let reads = [
+        "transaction",
+        "execute",
+        "execute",
+        "executor_run",
+        "buffer_read",
+    ];
+    assert!(u(node(&run, &reads), "count") > 0, "{sum}");
     // Grouped by statement text, literals folded: one UPDATE of pgbench_accounts a
     // transaction (pgbench's deltas are positive or negative: two texts).
     let roots = run["tree"]["roots"].as_array().expect("roots");
