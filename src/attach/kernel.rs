@@ -155,6 +155,7 @@ impl Tracer {
         let next = field_offset("sched/sched_switch", "next_pid").unwrap_or(56);
         self.set_config(config::SCHED_PREV_PID, prev)?;
         self.set_config(config::SCHED_NEXT_PID, next)?;
+        self.keep_return_addresses()?;
         let (prog, first) = self.extra_program::<TracePoint>(SCHED_SWITCH_PROG)?;
         if first {
             verified(SCHED_SWITCH_PROG, prog.load())?;
@@ -177,6 +178,7 @@ impl Tracer {
             self.set_config(config::GO_G_M, l.g_m)?;
             self.set_config(config::GO_M_CURG, l.m_curg)?;
         }
+        self.keep_return_addresses()?;
         let cpus =
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
         let (prog, first) = self.extra_program::<PerfEvent>(CPU_SAMPLE_PROG)?;

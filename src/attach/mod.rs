@@ -210,6 +210,10 @@ impl Tracer {
         }
         // Threads keep their stacks between root calls; `sweep_exited_threads` frees them.
         tracer.set_config(wprof_common::config::KEEP_THREAD_STACKS, 1)?;
+        if opts.stacks {
+            // Stacks taken during calls are restored with their frames' return addresses.
+            tracer.keep_return_addresses()?;
+        }
         Ok(tracer)
     }
 
@@ -613,6 +617,13 @@ impl Tracer {
             .with_context(|| format!("watch dlopen through {}", ld.display_object))?;
         }
         Ok(())
+    }
+
+    /// From now on uretprobe frames keep their return address (`config::NEED_RET_ADDR`): for
+    /// the unwind guard and for restoring sampled stacks. Before the first phase probe goes
+    /// live, or the frames already open lack it.
+    pub fn keep_return_addresses(&mut self) -> Result<()> {
+        self.set_config(wprof_common::config::NEED_RET_ADDR, 1)
     }
 
     /// Frees the phase stacks of threads that have exited, at most once a second. A thread

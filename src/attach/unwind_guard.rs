@@ -89,6 +89,8 @@ impl Tracer {
         every_process: bool,
     ) -> Result<()> {
         self.load_unwind_guard()?;
+        // The guard puts each frame's own return address back.
+        self.keep_return_addresses()?;
         let progs = self.guard_programs();
         for (name, targets) in [(progs.unwind, unwind), (progs.catch, catch)] {
             for (scope, pid) in scopes(pids, every_process)? {

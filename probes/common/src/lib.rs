@@ -369,6 +369,11 @@ pub mod config {
     /// threads, `Tracer::sweep_exited_threads`); 0: it is freed when its outermost phase
     /// returns.
     pub const KEEP_THREAD_STACKS: u32 = 9;
+    /// 1 when uretprobe frames must keep their return address (`Frame::ret_addr`): the unwind
+    /// guard puts it back, and CPU and off-CPU stacks are restored with it. Otherwise an entry
+    /// does not read it (a read of user memory, ~90 ns a call here); Go and USDT frames keep
+    /// theirs always.
+    pub const NEED_RET_ADDR: u32 = 10;
     /// Number of entries.
     pub const COUNT: u32 = 12;
 }

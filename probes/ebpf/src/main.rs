@@ -594,6 +594,13 @@ fn follows_call(ret: u64) -> bool {
         || (b[5] == 0x41 && b[6] == 0xff && b[7] & 0xf8 == 0xd0) // call *%r8-r15
 }
 
+/// The return address at `sp` on a function's entry (0 if it cannot be read).
+#[inline(always)]
+fn return_address(sp: u64) -> u64 {
+    // SAFETY: reads 8 bytes of the traced thread's stack; a fault just yields an error.
+    unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0)
+}
+
 /// Pops frames that were left without a return we saw (longjmp, exception): those whose entry
 /// stack pointer is below `sp`. With `entry_ret = Some(ret)` (an entry at `sp` whose return
 /// address is `ret`), a frame at exactly `sp` is stale too. The one exception is a uretprobe
@@ -611,6 +618,8 @@ fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64>) {
         let top = &st.frames[slot(len - 1)];
         let gone = match entry_ret {
             Some(ret) if top.sp == sp => {
+                // 0: the entry did not read it (a thread's frame: its sp is an address).
+                let ret = if ret == 0 { return_address(sp) } else { ret };
                 top.uretprobe & FRAME_URETPROBE == 0 || top.ret_addr == ret || follows_call(ret)
             }
             _ => top.sp < sp,
@@ -783,13 +792,17 @@ fn on_entry<C: EbpfContext, const USDT: bool>(
     }
     let pc = phase_counters(site.phase).ok_or(())?;
     pc.entries += 1;
-    // SAFETY: reads 8 bytes of the traced thread's stack; a fault just yields an error.
     let ret_addr = if USDT {
         // A USDT probe sits inside a function: no return address at sp. Its frame keeps the
         // stack pointer the start saw instead (see `usdt::open`).
         regs.rsp
+    } else if site.go
+        || (site.uretprobe && CONFIG.get(config::NEED_RET_ADDR).copied().unwrap_or(0) != 0)
+    {
+        return_address(regs.rsp)
     } else {
-        unsafe { bpf_probe_read_user(regs.rsp as *const u64) }.unwrap_or(0)
+        // Not kept (see config::NEED_RET_ADDR); `abandon_below` reads it if it must.
+        0
     };
     let mut who = owner_of(&site, regs, id, regs.rsp);
     let Some(st) = stack_for(who.key) else {
