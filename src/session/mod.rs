@@ -634,10 +634,14 @@ impl trace_loop::Hooks for RunHooks<'_> {
         self.tracer.jitter_sampling();
         self.tracer.sweep_exited_threads();
         self.keeper.poll(self.tracer, agg);
-        let over = self.overhead.tick(self.tracer, traced.into_iter());
+        let over = self.overhead.tick(self.tracer, traced.iter().copied());
         self.maybe_switch();
         let pct = over?;
+        let moved = self.keeper.moved.len();
         let end = self.keeper.over(self.tracer, &self.overhead, pct, &*agg);
+        if self.keeper.moved.len() != moved {
+            self.overhead.rebase(self.tracer, &traced);
+        }
         if self.keeper.duty_cycling() {
             self.overhead.measure_every(duty::CYCLE);
         }

@@ -96,6 +96,27 @@ impl OverheadWatch {
         self.hit_ns.get(id as usize).map_or(0.0, |h| h * 2.0)
     }
 
+    /// Starts the next measurement window now: after probes were switched (phases moved to
+    /// sampling), a window that straddled the switch, the detach's grace period included,
+    /// would still hold the old probes' hits and make the budget act again on them.
+    pub fn rebase(&mut self, tracer: &mut Tracer, pids: &[u32]) {
+        self.last_hits = phase_hits(tracer, self.hit_ns.len());
+        let mut all: Vec<u32> = self
+            .last_cpu
+            .keys()
+            .copied()
+            .chain(pids.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        for pid in all {
+            if let Some(now) = process_cpu_ns(pid) {
+                self.last_cpu.insert(pid, now);
+            }
+        }
+        self.last = Instant::now();
+    }
+
     /// Measures the last second's overhead when a second has passed; Some(share, %) when it
     /// went over the budget.
     /// `pids` are the processes traced now (forked ones included).
