@@ -278,6 +278,18 @@ fn tsdb_profile_matches_the_real_storage_library() {
     assert!(unmatched_in("tsdb", &real).is_empty());
 }
 
+/// The `parquet-go` profile's required phases and the lakerunner methods they name
+/// (facts.md: `github.com/cardinalhq/lakerunner/internal/parquetwriter`).
+const LAKERUNNER_METHODS: [(&str, &str); 7] = [
+    ("arrow_write_batch", "(*ArrowBackend).WriteBatch"),
+    ("arrow_flush", "(*ArrowBackend).flushRecordBatch"),
+    ("arrow_close", "(*ArrowBackend).Close"),
+    ("pqgo_write_batch", "(*GoParquetBackend).WriteBatch"),
+    ("pqgo_buffer_file", "(*GoParquetBackend).startNewBufferFile"),
+    ("pqgo_close", "(*GoParquetBackend).Close"),
+    ("pqgo_stream", "(*GoParquetBackend).streamBinaryToParquet"),
+];
+
 #[test]
 fn parquet_go_profile_matches_the_real_lakerunner_writer() {
     // lakerunner's internal/parquetwriter and the libraries under it, as ../shared/facts.md
@@ -314,15 +326,7 @@ fn parquet_go_profile_matches_the_real_lakerunner_writer() {
             .filter(|n| wprof::resolve::matcher::names(pattern, n).unwrap())
             .collect()
     };
-    for (name, method) in [
-        ("arrow_write_batch", "(*ArrowBackend).WriteBatch"),
-        ("arrow_flush", "(*ArrowBackend).flushRecordBatch"),
-        ("arrow_close", "(*ArrowBackend).Close"),
-        ("pqgo_write_batch", "(*GoParquetBackend).WriteBatch"),
-        ("pqgo_buffer_file", "(*GoParquetBackend).startNewBufferFile"),
-        ("pqgo_close", "(*GoParquetBackend).Close"),
-        ("pqgo_stream", "(*GoParquetBackend).streamBinaryToParquet"),
-    ] {
+    for (name, method) in LAKERUNNER_METHODS {
         assert!(
             !phase(name).optional,
             "{name} is lakerunner's own: required"
@@ -396,15 +400,7 @@ fn parquet_go_profile_resolves_the_real_names_in_the_fixture() {
         );
         ph.targets.iter().map(|t| t.demangled.clone()).collect()
     };
-    for (name, method) in [
-        ("arrow_write_batch", "(*ArrowBackend).WriteBatch"),
-        ("arrow_flush", "(*ArrowBackend).flushRecordBatch"),
-        ("arrow_close", "(*ArrowBackend).Close"),
-        ("pqgo_write_batch", "(*GoParquetBackend).WriteBatch"),
-        ("pqgo_buffer_file", "(*GoParquetBackend).startNewBufferFile"),
-        ("pqgo_close", "(*GoParquetBackend).Close"),
-        ("pqgo_stream", "(*GoParquetBackend).streamBinaryToParquet"),
-    ] {
+    for (name, method) in LAKERUNNER_METHODS {
         assert_eq!(
             resolved(name),
             [format!(
