@@ -471,6 +471,17 @@ fn string_key<const USDT: bool>(site: &Site, regs: &aya_ebpf::bindings::pt_regs)
     h | 1
 }
 
+/// [`wanted`] for a hit of `phase`: a calibration phase's probes sit in wprof's calibration
+/// child alone, which `--follow-forks`'s traced set does not hold (the recalibration at the
+/// end of a run found no span of it), so they need only the run not to be stopped.
+#[inline(always)]
+fn wanted_for(phase: u32, key: u64) -> bool {
+    if phase >= CALIBRATION_FIRST_PHASE {
+        return CONFIG.get(config::STOPPED).copied().unwrap_or(0) == 0;
+    }
+    wanted(key)
+}
+
 /// With `--follow-forks` the uprobes fire in every process that maps the object; only the
 /// traced ones (the `--pid`s and their descendants) go on.
 #[inline(always)]
@@ -783,7 +794,7 @@ fn on_entry<C: EbpfContext, const USDT: bool>(
 ) -> Result<(), ()> {
     let site = site_of(ctx)?;
     let id = bpf_get_current_pid_tgid();
-    if !wanted(id) {
+    if !wanted_for(site.phase, id) {
         return Ok(());
     }
     if site.stw_start {
@@ -916,7 +927,7 @@ fn on_return<C: EbpfContext>(
     let now = unsafe { bpf_ktime_get_ns() };
     let site = site_of(ctx)?;
     let id = bpf_get_current_pid_tgid();
-    if !wanted(id) {
+    if !wanted_for(site.phase, id) {
         return Ok(());
     }
     if site.stw_stop {
