@@ -9,15 +9,9 @@ mod common;
 use std::path::PathBuf;
 use std::process::Command;
 
-use common::pg::{self, Pg, Session};
+use common::pg::{self, pg_and_bpf, Pg, Session};
 use common::*;
 use serde_json::Value;
-
-/// The skip rule and the lock of the tests that need both BPF and PostgreSQL: None when they
-/// cannot run here (a failure instead under WPROF_REQUIRE_BPF=1, see `wprof::testing`).
-fn pg_and_bpf() -> Option<std::sync::MutexGuard<'static, ()>> {
-    (bpf_available() && pg::available()).then(bpf_lock)
-}
 
 /// What a test of one traced backend works with. Bind every field when destructuring (`..`
 /// would drop the cluster, or the run's directory, on the spot).
@@ -74,27 +68,6 @@ fn units(run: &Value, path: &[&str]) -> u64 {
     n["units"]["total"]
         .as_u64()
         .unwrap_or_else(|| panic!("{path:?} has no units: {n}"))
-}
-
-/// Sum of `count` over every node of phase `name`, anywhere in the tree.
-fn count_anywhere(run: &Value, name: &str) -> u64 {
-    fn walk(n: &Value, name: &str) -> u64 {
-        let own = if n["name"] == name {
-            n["count"].as_u64().unwrap_or(0)
-        } else {
-            0
-        };
-        own + n["children"]
-            .as_array()
-            .map(|c| c.iter().map(|k| walk(k, name)).sum())
-            .unwrap_or(0)
-    }
-    run["tree"]["roots"]
-        .as_array()
-        .expect("roots")
-        .iter()
-        .map(|r| walk(r, name))
-        .sum()
 }
 
 fn phase<'a>(run: &'a Value, name: &str) -> &'a Value {

@@ -17,15 +17,10 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::pg::{self, Pg, PG_BIN};
+use common::pg::{pg_and_bpf, Pg, PG_BIN};
 use common::*;
-use serde_json::Value;
 
 const PGBENCH_TRANSACTIONS: u64 = 2 * 150;
-
-fn pg_and_bpf() -> Option<std::sync::MutexGuard<'static, ()>> {
-    (bpf_available() && pg::available()).then(bpf_lock)
-}
 
 fn pgbench(pg: &Pg, args: &[&str]) -> String {
     let out = Command::new(Path::new(PG_BIN).join("pgbench"))
@@ -53,29 +48,6 @@ fn server_counts(pg: &Pg) -> (u64, u64) {
         .map(|x| x.parse().expect("a number"))
         .collect();
     (v[0], v[1])
-}
-
-/// Sum of `count` over every node of phase `name`, anywhere in the tree.
-fn count_anywhere(n: &Value, name: &str) -> u64 {
-    let own = if n["name"] == name {
-        n["count"].as_u64().unwrap_or(0)
-    } else {
-        0
-    };
-    let kids = n["children"]
-        .as_array()
-        .map(|c| c.iter().map(|k| count_anywhere(k, name)).sum())
-        .unwrap_or(0);
-    own + kids
-}
-
-fn total(run: &Value, name: &str) -> u64 {
-    run["tree"]["roots"]
-        .as_array()
-        .expect("roots")
-        .iter()
-        .map(|r| count_anywhere(r, name))
-        .sum()
 }
 
 /// The `u16` semaphore of USDT probe `name` in process `pid`, read through /proc/PID/mem
@@ -166,11 +138,15 @@ fn usdt_phases_count_what_the_server_counted_and_nest_with_function_phases() {
     // before wprof attached.
     let server_transactions = after.0 - before.0 - 2;
     assert_eq!(
-        total(&run, "transaction"),
+        count_anywhere(&run, "transaction"),
         server_transactions,
         "{sum}\n{tree}"
     );
-    assert_eq!(total(&run, "wal_buffer_write"), after.1 - before.1, "{sum}");
+    assert_eq!(
+        count_anywhere(&run, "wal_buffer_write"),
+        after.1 - before.1,
+        "{sum}"
+    );
     assert!(
         after.1 > before.1,
         "no WAL buffer was written full: {after:?}"

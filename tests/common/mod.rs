@@ -305,3 +305,24 @@ pub fn svg_frames(path: &Path) -> Vec<SvgFrame> {
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     svg::svg_frames(&text)
 }
+
+/// Sum of `count` over every node of phase `name`, anywhere in the run's trees.
+pub fn count_anywhere(run: &serde_json::Value, name: &str) -> u64 {
+    fn walk(n: &serde_json::Value, name: &str) -> u64 {
+        let own = if n["name"] == name {
+            n["count"].as_u64().unwrap_or(0)
+        } else {
+            0
+        };
+        own + n["children"]
+            .as_array()
+            .map(|c| c.iter().map(|k| walk(k, name)).sum())
+            .unwrap_or(0)
+    }
+    run["tree"]["roots"]
+        .as_array()
+        .expect("roots")
+        .iter()
+        .map(|r| walk(r, name))
+        .sum()
+}

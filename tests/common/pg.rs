@@ -349,3 +349,9 @@ impl Drop for Session {
         let _ = self.child.wait();
     }
 }
+
+/// The skip rule and the lock of the tests that need both BPF and PostgreSQL: None when they
+/// cannot run here (a failure instead under WPROF_REQUIRE_BPF=1, see `wprof::testing`).
+pub fn pg_and_bpf() -> Option<std::sync::MutexGuard<'static, ()>> {
+    (super::bpf_available() && available()).then(super::bpf_lock)
+}
