@@ -8,7 +8,6 @@ use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat, ResolveArgs,
 use crate::error::WprofError;
 use crate::probe_cost;
 use crate::profile::{Profile, BUILTIN};
-use crate::render;
 use crate::resolve::{self, Scope, Status};
 use crate::session::{self, status_text};
 
@@ -110,7 +109,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
                 } else {
                     t.exits.len().to_string()
                 },
-                probe_cost::class_name(t.entry.cost),
+                crate::model::class_name(t.entry.cost),
                 probe_cost::pair_ns(p) / 1000.0,
                 match &t.debuginfo {
                     Some(dbg) => format!("{} (debuginfo: {dbg})", status_text(&p.status)),
@@ -119,7 +118,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
             )?;
         }
     }
-    writeln!(out, "pair µs: {}", probe_cost::MODEL)?;
+    writeln!(out, "pair µs: {}", crate::model::MODEL)?;
     let moved = |go: bool| {
         phases
             .iter()
@@ -222,7 +221,7 @@ fn write_estimate(
     writeln!(
         out,
         "µs/call: {} (record and attach calibrate on the host)",
-        probe_cost::MODEL
+        crate::model::MODEL
     )?;
     Ok(())
 }
@@ -316,7 +315,7 @@ fn check_split(run: &crate::model::Run, phase: &str, path: &std::path::Path) -> 
 
 /// `wprof report RUN.json`: re-renders a saved run.
 pub fn report(a: ReportArgs) -> Result<i32> {
-    let mut run = render::read_run_file(&a.run)?;
+    let mut run = crate::model::json::read_run_file(&a.run)?;
     if a.raw {
         run.drop_corrections();
     }

@@ -15,8 +15,7 @@ use std::collections::HashMap;
 
 use wprof_common::Event;
 
-use super::histogram::{new_histogram, LatencyHistogram};
-use super::tree::{PhaseTree, TreeNode};
+use crate::model::{new_histogram, InSituCheck, LatencyHistogram, PhaseTree, TreeNode};
 
 /// Light-epoch calls of a root phase needed before the check says anything.
 pub const MIN_LIGHT_CALLS: u64 = 30;
@@ -87,40 +86,6 @@ impl LightEpochs {
     /// The light calls per root phase.
     pub fn calls(&self) -> &HashMap<u32, LightCalls> {
         &self.calls
-    }
-}
-
-/// What the in-situ check found for one root phase (written to and read from the run's JSON
-/// as it is: docs/json.md, "in_situ").
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct InSituCheck {
-    /// Root phase id.
-    pub phase: u32,
-    /// Root phase name.
-    pub name: String,
-    /// Root calls made in light epochs.
-    pub light_calls: u64,
-    /// Their mean, own probe share taken out, ns.
-    pub light_mean_ns: f64,
-    /// Root calls made in full epochs.
-    pub full_calls: u64,
-    /// Their raw mean less the own probe share, ns: the root with its descendants' probes.
-    pub full_mean_ns: f64,
-    /// Descendant probe time per call the calibration took out, ns.
-    pub calibrated_ns: f64,
-    /// Descendant probe time per call measured in situ (`full_mean_ns - light_mean_ns`), ns.
-    pub in_situ_ns: f64,
-    /// Standard error of `in_situ_ns`, ns.
-    pub error_ns: f64,
-    /// The factor the correction was scaled by (1 when the check agreed with the
-    /// calibration within two standard errors, or could not tell).
-    pub factor: f64,
-}
-
-impl InSituCheck {
-    /// Whether the correction was scaled.
-    pub fn applied(&self) -> bool {
-        self.factor != 1.0
     }
 }
 
@@ -258,7 +223,7 @@ mod tests {
             chist.saturating_record(v - removed_per_call);
         }
         n.hist = hist;
-        n.corrected = Some(super::super::tree::Corrected {
+        n.corrected = Some(crate::model::Corrected {
             total_ns: count * (raw_mean - removed_per_call),
             self_ns: count * (raw_mean - removed_per_call),
             probe_ns: count * removed_per_call,

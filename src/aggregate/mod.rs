@@ -10,17 +10,12 @@
 //! here touches BPF, so it is tested without root.
 
 mod calls;
-mod histogram;
+
 pub mod insitu;
 pub mod sampled;
 pub mod split;
 pub mod stacks;
 mod tree;
 
-pub use calls::{CallRow, CallTable, SpanLog, SpanRecord, DEFAULT_MAX_CALLS, DEFAULT_MAX_SPANS};
-pub use histogram::{new_histogram, LatencyHistogram};
-pub use split::SplitTrees;
-pub use tree::{
-    keyed_name, Aggregator, Corrected, EndCounters, NodeSnapshot, PhaseTree, ProcessTree, TreeNode,
-    UnitSpec, Units,
-};
+pub use calls::{DEFAULT_MAX_CALLS, DEFAULT_MAX_SPANS};
+pub use tree::{Aggregator, EndCounters};

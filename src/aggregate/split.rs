@@ -14,31 +14,7 @@ use std::collections::HashMap;
 use wprof_common::Event;
 
 use super::tree::{phase_name, Builder, NodeMap, NodeStats};
-use super::PhaseTree;
-
-/// Most spans held for one thread's open root call (about 90 bytes each): a root call with
-/// more calls inside is left out of both halves and counted, so that one huge root call cannot
-/// take the memory of the run.
-pub const MAX_HELD_SPANS: usize = 1 << 18;
-
-/// The two halves of a run split by a phase (`--split-by`).
-#[derive(Debug, Clone)]
-pub struct SplitTrees {
-    /// The phase the root calls were split by.
-    pub phase: String,
-    /// The root calls in which a call of `phase` completed, at any depth (a root call of
-    /// `phase` itself included).
-    pub with: PhaseTree,
-    /// The other root calls.
-    pub without: PhaseTree,
-    /// Completed calls in neither half: their root call never completed in the run (its span
-    /// was lost, it left without a return, it was still open at the end, or it started during
-    /// `--skip`), or it was too large to hold (`oversized_roots`).
-    pub unattributed_spans: u64,
-    /// Root calls left out of both halves because they held more than [`MAX_HELD_SPANS`]
-    /// calls.
-    pub oversized_roots: u64,
-}
+use crate::model::SplitTrees;
 
 /// The spans of one thread's current root call.
 #[derive(Default)]

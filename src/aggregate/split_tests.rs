@@ -4,7 +4,8 @@
 use wprof_common::{Event, EventKind};
 
 use super::phase_id;
-use crate::aggregate::{Aggregator, EndCounters, PhaseTree};
+use crate::aggregate::{Aggregator, EndCounters};
+use crate::model::PhaseTree;
 
 /// Phases: w (root) > a > b > p (the split phase), and w > c; p may also sit under c.
 const NAMES: [&str; 5] = ["w", "a", "b", "p", "c"];
@@ -73,7 +74,7 @@ fn without_p(a: &mut Aggregator, tid: u32, t: u64) {
     a.add(&span(tid, 1, 0, 0, t, 40));
 }
 
-fn halves(mut a: Aggregator) -> (PhaseTree, crate::aggregate::SplitTrees) {
+fn halves(mut a: Aggregator) -> (PhaseTree, crate::model::SplitTrees) {
     let names = names();
     let roles = vec![None; names.len()];
     let split = a.finish_split(&names, &roles).expect("split");

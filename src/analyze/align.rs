@@ -6,8 +6,8 @@
 
 use std::collections::HashMap;
 
-use crate::aggregate::{LatencyHistogram, PhaseTree, TreeNode};
 use crate::args::AlignBy;
+use crate::model::{LatencyHistogram, PhaseTree, TreeNode};
 
 /// The merged figures of all nodes of one run that share a key.
 #[derive(Debug, Clone)]
@@ -90,7 +90,7 @@ fn key_of(n: &TreeNode, by: AlignBy) -> String {
     match by {
         AlignBy::Phase => n.label().into_owned(),
         AlignBy::Role => match (&n.role, &n.key) {
-            (Some(r), Some(k)) => crate::aggregate::keyed_name(r, k),
+            (Some(r), Some(k)) => crate::model::keyed_name(r, k),
             (Some(r), None) => r.clone(),
             (None, _) => n.label().into_owned(),
         },

@@ -11,10 +11,10 @@ use std::path::Path;
 
 use anyhow::Result;
 
-use crate::aggregate::{new_histogram, CallRow, LatencyHistogram, TreeNode};
 use crate::args::CheckArgs;
 use crate::error::{exit, WprofError};
 use crate::model::Run;
+use crate::model::{new_histogram, CallRow, LatencyHistogram, TreeNode};
 
 use super::hypothesis::{self, Hypothesis, Kind, Standing};
 use super::stats::{self, SplitMix64};
@@ -557,11 +557,11 @@ pub fn run(a: CheckArgs) -> Result<i32> {
     let text = crate::privilege::read_to_string(&a.hypotheses)
         .map_err(|e| usage(format!("cannot read {}: {e}", a.hypotheses.display())))?;
     let hyps = hypothesis::parse_file(&text, &a.hypotheses.display().to_string())?;
-    let run = crate::render::read_run_file(&a.run)?;
+    let run = crate::model::json::read_run_file(&a.run)?;
     let base = a
         .base
         .as_deref()
-        .map(crate::render::read_run_file)
+        .map(crate::model::json::read_run_file)
         .transpose()?;
     let run_name = a.run.display().to_string();
     let base_name = a.base.as_ref().map(|b| b.display().to_string());
@@ -606,7 +606,7 @@ pub fn run(a: CheckArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::CallTable;
+    use crate::model::CallTable;
 
     fn run_with(rows: usize, aux_permille: u64) -> Run {
         Run {

@@ -59,7 +59,7 @@ pub struct Comparison {
 /// percentile. The significance test and the effect size use this bulk of the distribution: a
 /// phase that spins for 20 µs and is preempted once for 4 ms on a busy host moves the plain
 /// mean and variance more than a real 20% slowdown does, and that is not what compare asks.
-fn bulk(h: &crate::aggregate::LatencyHistogram) -> (f64, f64, u64) {
+fn bulk(h: &crate::model::LatencyHistogram) -> (f64, f64, u64) {
     let cut = h.value_at_quantile(0.99);
     let (mut n, mut sum, mut sq) = (0u64, 0f64, 0f64);
     for v in h.iter_recorded() {
@@ -509,8 +509,8 @@ pub fn run(a: CompareArgs) -> Result<i32> {
         .map(|e| threshold::parse(e).map_err(usage))
         .collect::<Result<Vec<_>>>()?;
     let tail_pct = a.tail.as_deref().map(tail::parse_percentile).transpose()?;
-    let base = crate::render::read_run_file(&a.base)?;
-    let new = crate::render::read_run_file(&a.new)?;
+    let base = crate::model::json::read_run_file(&a.base)?;
+    let new = crate::model::json::read_run_file(&a.new)?;
     warn_build_ids(&base, &new);
     let stack_diffs = [
         (&a.cpu_flamegraph, StackDiffKind::Cpu, "CPU time"),
@@ -612,9 +612,9 @@ pub fn run(a: CompareArgs) -> Result<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{PhaseTree, TreeNode};
     use crate::analyze::threshold;
-    use crate::render::testutil::empty_run;
+    use crate::model::testutil::empty_run;
+    use crate::model::{PhaseTree, TreeNode};
 
     /// A one-phase run whose `persist` calls took `calls` = (duration ns, how many).
     fn run_of(calls: &[(u64, u64)]) -> Run {

@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use crate::aggregate::CallRow;
 use crate::error::WprofError;
+use crate::model::CallRow;
 use crate::model::Run;
 use crate::render::units::{format_ns, format_share};
 
@@ -220,7 +220,7 @@ pub fn signed_ns(ns: f64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::CallTable;
+    use crate::model::CallTable;
 
     fn row(start: u64, total: u64, a: u64, b: u64) -> CallRow {
         CallRow {

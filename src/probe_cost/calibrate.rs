@@ -17,10 +17,10 @@ use anyhow::{bail, Context, Result};
 use wprof_common::{Event, EventKind, StackEvent, CALIBRATION_FIRST_PHASE};
 
 use super::targets::{self, Start, Target, CHILD_ARG};
-use super::ClassCost;
 use crate::attach::{CalibrationPoint, Tracer};
 use crate::collect::Collector;
-use crate::resolve::CostClass;
+use crate::model::ClassCost;
+use crate::model::CostClass;
 use crate::symbolize::maps::ProcessMaps;
 
 /// Phase ids the calibration functions use: the top of the id space, never a profile's.

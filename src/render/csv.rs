@@ -67,8 +67,8 @@ fn field(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{CallRow, CallTable};
     use crate::model::PhaseInfo;
+    use crate::model::{CallRow, CallTable};
 
     fn run(columns: &[&str], rows: Vec<CallRow>, capped: bool) -> Run {
         Run {

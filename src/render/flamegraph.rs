@@ -76,8 +76,8 @@ pub(crate) fn xml_escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::testutil::sample_run;
     use crate::render::folded::folded;
-    use crate::render::testutil::sample_run;
 
     fn titles(svg: &str) -> Vec<String> {
         // inferno writes a DOCTYPE line.

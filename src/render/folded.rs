@@ -6,7 +6,7 @@
 //! wide as its total: its self time plus its children's frames. The text is the standard folded
 //! format, so inferno, flamegraph.pl and speedscope all read it.
 
-use crate::aggregate::{PhaseTree, TreeNode};
+use crate::model::{PhaseTree, TreeNode};
 
 /// Folded self-time stacks of the tree, one line per node with self time, newline-terminated.
 pub fn folded(tree: &PhaseTree) -> String {
@@ -49,7 +49,7 @@ fn frame_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::testutil::sample_run;
+    use crate::model::testutil::sample_run;
 
     #[test]
     fn lines_parse_back_and_sum_to_root_totals() {

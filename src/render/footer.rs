@@ -51,8 +51,8 @@ fn write_units(run: &Run, out: &mut String) {
 /// The calibration the run corrected with: per class its pair cost, the part inside a call,
 /// and the error; only the classes the run's phases use.
 fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String) {
-    let used = |k: &crate::probe_cost::ClassCost| {
-        let class = crate::probe_cost::class_name(k.entry);
+    let used = |k: &crate::model::ClassCost| {
+        let class = crate::model::class_name(k.entry);
         run.phases
             .iter()
             .any(|p| p.entry_cost == class && p.return_mode == k.return_mode() && p.entries > 0)

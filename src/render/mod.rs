@@ -1,6 +1,6 @@
 //! Render: a run -> text tree, JSON, folded stacks, SVG flamegraph.
 //!
-//! In: a [`crate::model::Run`] (or its [`crate::aggregate::PhaseTree`]). Out: strings and
+//! In: a [`crate::model::Run`] (or its [`crate::model::PhaseTree`]). Out: strings and
 //! bytes for the terminal and the output files; [`from_json`] reads a RUN.json back into a
 //! `Run` for `report`, `compare` and `check`. Plain values only: nothing here touches BPF.
 
@@ -8,7 +8,6 @@ mod diff_flamegraph;
 mod flamegraph;
 mod folded;
 mod footer;
-mod json;
 mod stack_flamegraph;
 #[cfg(test)]
 mod svg_frames;
@@ -25,7 +24,6 @@ pub use csv::calls_csv;
 pub use diff_flamegraph::differential_svg;
 pub use flamegraph::{flamegraph_svg, PHASE_PALETTE};
 pub use folded::folded;
-pub use json::{from_json, parse_deep, read_run_file, to_json};
 pub use stack_flamegraph::{stack_flamegraph_svg, StackKind};
 pub use text::{render_tree, TextOptions};
 pub use trace::chrome_trace;

@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
-use crate::aggregate::{PhaseTree, SplitTrees, TreeNode};
 use crate::model::Run;
+use crate::model::{PhaseTree, SplitTrees, TreeNode};
 
 use super::footer;
 use super::units::{format_ns, format_ns_u64, format_share};
@@ -45,7 +45,7 @@ impl Default for TextOptions {
 struct Shown<'a> {
     total_ns: u64,
     self_ns: u64,
-    hist: &'a crate::aggregate::LatencyHistogram,
+    hist: &'a crate::model::LatencyHistogram,
     /// The measured mean and the share of the measured total the probes made up, when the
     /// figures are corrected.
     raw: Option<(f64, f64)>,
@@ -397,7 +397,7 @@ fn split_rows(
             0 => String::new(),
             n => format!(
                 ", or it held more than {} calls ({n} root calls)",
-                crate::aggregate::split::MAX_HELD_SPANS
+                crate::model::MAX_HELD_SPANS
             ),
         };
         notes.push(note(
@@ -544,7 +544,7 @@ fn walk(
 }
 
 /// What the samples found for a sampled phase's row.
-fn sampled_text(s: crate::aggregate::sampled::SampledShare) -> String {
+fn sampled_text(s: crate::model::SampledShare) -> String {
     format!(
         "sampled: {} of {} samples, {:.1}% of the parent's on-CPU time [{:.1}-{:.1}%]",
         s.samples,
@@ -598,7 +598,7 @@ fn shown_name(node: &TreeNode) -> String {
     match &node.key {
         Some(k) if k.chars().count() > KEY_SHOWN => {
             let cut: String = k.chars().take(KEY_SHOWN - 1).collect();
-            crate::aggregate::keyed_name(&node.name, &format!("{}…", cut.trim_end()))
+            crate::model::keyed_name(&node.name, &format!("{}…", cut.trim_end()))
         }
         _ => node.label().into_owned(),
     }

@@ -1,8 +1,9 @@
 //! Tests of the text tree: golden files plus the properties the columns promise.
 
 use super::*;
-use crate::aggregate::TreeNode;
-use crate::render::testutil::{assert_golden, calibrated_run, empty_run, sample_run, split_run};
+use crate::model::testutil::{calibrated_run, empty_run, sample_run, split_run};
+use crate::model::TreeNode;
+use crate::render::testutil::assert_golden;
 
 fn plain(run: &Run) -> String {
     render_tree(run, &TextOptions::default())
@@ -472,7 +473,7 @@ fn units_show_per_unit_time_on_the_row_and_throughput_in_the_footer() {
     let root = &mut run.tree.roots[0];
     let (root_total, root_name) = (root.total_ns, root.name.clone());
     let wal = &mut root.children[0];
-    wal.units = Some(crate::aggregate::Units {
+    wal.units = Some(crate::model::Units {
         name: "bytes".into(),
         total: 4_000_000,
     });
@@ -499,4 +500,36 @@ fn units_show_per_unit_time_on_the_row_and_throughput_in_the_footer() {
     assert!(footer.starts_with(&expect), "{footer}\nwant {expect}");
     assert!(footer.contains("k bytes/s inside") || footer.contains("M bytes/s inside"));
     assert!(footer.ends_with("bytes/s over the run"), "{footer}");
+}
+
+#[test]
+fn a_reloaded_per_pid_run_shows_one_tree_per_process() {
+    let run = crate::model::testutil::per_pid_run();
+    let back = crate::model::json::from_json(&crate::model::json::to_json(&run).to_string())
+        .expect("per-pid run reloads");
+    assert_eq!(plain(&back), plain(&run));
+    let text = plain(&back);
+    assert!(
+        text.contains("── pid 4711: postgres: app shop [local] idle  (forked by 4242: /usr/lib/postgresql/15/bin/postgres -D /srv/seg0)"),
+        "{text}"
+    );
+    assert!(text.contains("── pid 4242: kvd --bench\n"), "{text}");
+}
+
+#[test]
+fn grouped_nodes_show_their_string_cut_to_the_tree_width() {
+    let run = crate::model::testutil::grouped_run();
+    let back = crate::model::json::from_json(&crate::model::json::to_json(&run).to_string())
+        .expect("grouped run reloads");
+    let text = plain(&back);
+    let kids = &back.tree.roots[0].children;
+    let short = format!(
+        "{} [DELETE FROM \"changes_src\" WHERE lsn <= ?]",
+        kids[0].name
+    );
+    assert!(text.contains(&short), "{text}");
+    // A long string is cut to the tree's width (JSON keeps all of it: model's tests).
+    let cut = format!("{} [MERGE INTO st USING (WITH x, x, ", kids[1].name);
+    let line = text.lines().find(|l| l.contains(&cut)).expect(&text);
+    assert!(line.contains("…]"), "{line}");
 }

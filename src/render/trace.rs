@@ -74,7 +74,7 @@ pub fn chrome_trace(run: &Run) -> Value {
         let name = match run.spans.key_of(s) {
             Some(key) => {
                 args["key"] = json!(key);
-                crate::aggregate::keyed_name(&name, key)
+                crate::model::keyed_name(&name, key)
             }
             None => name,
         };
@@ -113,8 +113,8 @@ fn us(ns: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::aggregate::{SpanLog, SpanRecord};
     use crate::model::PhaseInfo;
+    use crate::model::{SpanLog, SpanRecord};
 
     fn span(start_ns: u64, dur_ns: u64, tid: u32, phase: u32, depth: u32) -> SpanRecord {
         SpanRecord {

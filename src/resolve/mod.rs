@@ -30,6 +30,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 
 use crate::error::WprofError;
+use crate::model::CostClass;
 use crate::profile::{Capture, Phase, Profile, ReturnMode, StringArg};
 
 /// What wprof traces: live processes, or a binary about to be started (`record`, `probes --binary`).
@@ -53,18 +54,6 @@ pub enum Language {
     Rust,
     /// Go (object has a Go build id).
     Go,
-}
-
-/// How expensive a uprobe hit on an instruction is (facts.md): the kernel emulates some
-/// instructions and single-steps the rest out of line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CostClass {
-    /// A NOP (e.g. the 5-byte nop of -fpatchable-function-entry): emulated, cheapest.
-    Nop,
-    /// `push reg` or a relative call/jmp/jcc: emulated.
-    Emulated,
-    /// Anything else (`endbr64`, `mov`, `lea`, `ret`...): single-stepped, a debug trap.
-    SingleStep,
 }
 
 /// `WPROF_ENTRY_AT_ENDBR=1` keeps the entry probe of a function that starts with `endbr64` on

@@ -573,7 +573,7 @@ fn endbr64_entries_are_probed_at_plus_4_and_exits_stay() {
         assert_eq!(mt.start_file_offset(), start, "{name}");
         assert_eq!(mt.entry.cost, CostClass::Emulated, "{name}");
         assert_eq!(
-            crate::probe_cost::class_name(mt.entry.cost),
+            crate::model::class_name(mt.entry.cost),
             "emulated",
             "{name}"
         );

@@ -4,13 +4,14 @@
 use anyhow::Result;
 use wprof_common::PhaseCost;
 
-use crate::aggregate::{PhaseTree, TreeNode};
 use crate::args::TraceArgs;
 use crate::attach::Tracer;
 use crate::collect::Collector;
 use crate::model::Calibration;
+use crate::model::CostClass;
+use crate::model::{PhaseTree, TreeNode};
 use crate::probe_cost::{self, Measured, PhaseCosts};
-use crate::resolve::{CostClass, ResolvedPhase, Status};
+use crate::resolve::{ResolvedPhase, Status};
 
 /// What a run knows about its probes' cost.
 pub(super) struct RunCosts {

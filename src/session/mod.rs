@@ -22,11 +22,12 @@ mod trace_loop;
 
 use anyhow::{Context, Result};
 
-use crate::aggregate::{Aggregator, UnitSpec, DEFAULT_MAX_SPANS};
+use crate::aggregate::{Aggregator, DEFAULT_MAX_SPANS};
 use crate::args::{AttachArgs, RecordArgs, TraceArgs};
 use crate::attach::{check_capabilities, process_alive, Tracer, TracerOptions};
 use crate::collect::{read_end_state, Collector, EndState};
 use crate::error::{exit, WprofError};
+use crate::model::UnitSpec;
 use crate::model::{
     Counters, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance, Run, StackProfile,
 };
@@ -666,7 +667,7 @@ fn unit_specs(profile: &Profile) -> Vec<Option<UnitSpec>> {
 /// Puts the sampled phases into the tree under their probed parents, and says which found no
 /// probed parent.
 fn graft_sampled(
-    tree: &mut crate::aggregate::PhaseTree,
+    tree: &mut crate::model::PhaseTree,
     counts: &crate::aggregate::sampled::SampledCounts,
     phases: &[ResolvedPhase],
 ) {
@@ -820,7 +821,7 @@ fn build_run(
             symbols,
             return_mode,
             entry_cost: first
-                .map(|t| probe_cost::class_name(t.entry.cost).to_string())
+                .map(|t| crate::model::class_name(t.entry.cost).to_string())
                 .unwrap_or_default(),
             entry_offset: first.map_or(0, |t| t.entry_offset),
             exit_sites: rp.targets.iter().map(|t| t.exits.len() as u32).sum(),
@@ -892,9 +893,9 @@ fn build_run(
         counters,
         probe_cost: ProbeCost {
             model: if costs.measured.is_some() {
-                probe_cost::MEASURED
+                crate::model::MEASURED
             } else {
-                probe_cost::MODEL
+                crate::model::MODEL
             }
             .to_string(),
             hits,

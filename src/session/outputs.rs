@@ -109,7 +109,7 @@ pub enum Kind {
 pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
     match kind {
         Kind::Json => {
-            serde_json::to_writer_pretty(&mut *w, &render::to_json(run))?;
+            serde_json::to_writer_pretty(&mut *w, &crate::model::json::to_json(run))?;
             writeln!(w)?;
         }
         Kind::Tree => {

@@ -3,8 +3,9 @@
 use serde_json::Value;
 
 use super::*;
-use crate::render::testutil::{calibrated_run, empty_run, sample_run, split_run};
-use crate::render::{render_tree, TextOptions};
+use crate::model::testutil::{
+    calibrated_run, empty_run, grouped_run, per_pid_run, sample_run, split_run,
+};
 
 fn nodes(tree: &PhaseTree) -> Vec<&TreeNode> {
     let mut out = Vec::new();
@@ -38,8 +39,6 @@ fn round_trip_is_exact() -> Result<()> {
                 assert_eq!(x.hist.max(), y.hist.max());
                 assert_eq!(x.hist.min_nz(), y.hist.min_nz());
             }
-            let opts = TextOptions::default();
-            assert_eq!(render_tree(&back, &opts), render_tree(&run, &opts));
         }
     }
     Ok(())
@@ -271,35 +270,6 @@ fn published_schema_rejects_what_wprof_refuses() {
     assert!(validate(&v).is_err(), "a 3-element bucket accepted");
 }
 
-/// The sample run with what `--follow-forks --per-pid` and `unit`/`under` phases add.
-fn per_pid_run() -> Run {
-    let mut run = sample_run();
-    run.provenance.follow_forks = true;
-    run.provenance.forked = vec![4711];
-    run.phases[1].outside_under = 3;
-    run.tree.roots[0].children[0].units = Some(crate::aggregate::Units {
-        name: "rows".into(),
-        total: 1000,
-    });
-    run.processes = vec![
-        crate::model::ProcessRun {
-            pid: 4242,
-            label: "kvd --bench".into(),
-            parent: None,
-            parent_label: None,
-            tree: crate::aggregate::PhaseTree::default(),
-        },
-        crate::model::ProcessRun {
-            pid: 4711,
-            label: "postgres: app shop [local] idle".into(),
-            parent: Some(4242),
-            parent_label: Some("/usr/lib/postgresql/15/bin/postgres -D /srv/seg0".into()),
-            tree: run.tree.clone(),
-        },
-    ];
-    run
-}
-
 #[test]
 fn split_trees_round_trip_and_validate() -> Result<()> {
     let run = split_run();
@@ -325,8 +295,6 @@ fn split_trees_round_trip_and_validate() -> Result<()> {
     if let Err(e) = validate(&v) {
         panic!("docs/json-schema-v1.json rejects a --split-by run:\n{e}");
     }
-    let opts = TextOptions::default();
-    assert_eq!(render_tree(&back, &opts), render_tree(&run, &opts));
     // A run without --split-by has no `split`; one with an unknown field in it is refused.
     assert!(to_json(&sample_run()).get("split").is_none());
     let mut bad = v.clone();
@@ -355,30 +323,7 @@ fn per_pid_trees_units_and_forks_round_trip_and_validate() -> Result<()> {
     if let Err(e) = validate(&v) {
         panic!("docs/json-schema-v1.json rejects a --per-pid run:\n{e}");
     }
-    // The text tree of such a run shows one tree per process, headed by pid and label.
-    let text = crate::render::render_tree(&back, &crate::render::TextOptions::default());
-    assert!(
-        text.contains("── pid 4711: postgres: app shop [local] idle  (forked by 4242: /usr/lib/postgresql/15/bin/postgres -D /srv/seg0)"),
-        "{text}"
-    );
-    assert!(text.contains("── pid 4242: kvd --bench\n"), "{text}");
     Ok(())
-}
-
-/// The sample run with two grouped siblings (`group_by`): the second root's children get
-/// keys, one of them longer than the text tree shows.
-fn grouped_run() -> Run {
-    let mut run = sample_run();
-    let kids = &mut run.tree.roots[0].children;
-    kids[0].key = Some("DELETE FROM \"changes_src\" WHERE lsn <= ?".into());
-    kids[1].key = Some(format!(
-        "MERGE INTO st USING (WITH {} ) AS d…",
-        "x, ".repeat(40)
-    ));
-    // The child span of the span log is a call of the first grouped node.
-    run.spans.keys = vec![kids[0].key.clone().unwrap()];
-    run.spans.spans[0].key = 1;
-    run
 }
 
 #[test]
@@ -392,16 +337,6 @@ fn grouped_nodes_round_trip_validate_and_show_their_string() -> Result<()> {
     assert_eq!(to_json(&back), v);
     let kids = &back.tree.roots[0].children;
     assert_eq!(kids[0].key, run.tree.roots[0].children[0].key);
-    let text = render_tree(&back, &TextOptions::default());
-    let short = format!(
-        "{} [DELETE FROM \"changes_src\" WHERE lsn <= ?]",
-        kids[0].name
-    );
-    assert!(text.contains(&short), "{text}");
-    // A long string is cut to the tree's width, JSON keeps all of it.
-    let cut = format!("{} [MERGE INTO st USING (WITH x, x, ", kids[1].name);
-    let line = text.lines().find(|l| l.contains(&cut)).expect(&text);
-    assert!(line.contains("…]"), "{line}");
     assert!(v.to_string().contains(&"x, ".repeat(40)));
     // Ungrouped nodes have no key field at all.
     assert!(v["tree"]["roots"][0].get("key").is_none());

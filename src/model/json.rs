@@ -10,9 +10,10 @@ use anyhow::{anyhow, bail, Context, Result};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::aggregate::insitu::InSituCheck;
-use crate::aggregate::sampled::SampledShare;
-use crate::aggregate::{
+use crate::model::ClassCost;
+use crate::model::InSituCheck;
+use crate::model::SampledShare;
+use crate::model::{
     new_histogram, CallRow, CallTable, Corrected, LatencyHistogram, PhaseTree, SpanLog, SpanRecord,
     SplitTrees, TreeNode, Units,
 };
@@ -20,7 +21,6 @@ use crate::model::{
     Calibration, Counters, FoldedStack, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance,
     Run, StackProfile, SCHEMA_VERSION,
 };
-use crate::probe_cost::{self, ClassCost};
 
 /// The run as a JSON document of schema [`SCHEMA_VERSION`].
 pub fn to_json(run: &Run) -> serde_json::Value {
@@ -566,7 +566,7 @@ impl From<&Calibration> for CalibrationJ {
 impl From<&ClassCost> for ClassCostJ {
     fn from(k: &ClassCost) -> Self {
         ClassCostJ {
-            entry: probe_cost::class_name(k.entry).to_string(),
+            entry: crate::model::class_name(k.entry).to_string(),
             return_mode: k.return_mode().to_string(),
             pair_ns: k.pair_ns,
             own_ns: k.own_ns,
@@ -578,7 +578,7 @@ impl From<&ClassCost> for ClassCostJ {
 impl ClassCostJ {
     fn into_class(self) -> Result<ClassCost> {
         Ok(ClassCost {
-            entry: probe_cost::class_from_name(&self.entry)
+            entry: crate::model::class_from_name(&self.entry)
                 .ok_or_else(|| anyhow!("calibration: unknown entry class {:?}", self.entry))?,
             uretprobe: match self.return_mode.as_str() {
                 "uretprobe" => true,

@@ -4,7 +4,11 @@
 //! folded, SVG). `--json` writes exactly this (schema v1, docs/json.md), and `report` reads it
 //! back, so everything printed about a run comes from this one value.
 
-use crate::aggregate::{CallTable, PhaseTree, SpanLog, SplitTrees};
+use super::calls::{CallTable, SpanLog};
+use super::cost::ClassCost;
+use super::insitu::InSituCheck;
+use super::stacks::StackProfile;
+use super::tree::{PhaseTree, SplitTrees, TreeNode};
 
 /// One traced process of a run made with `--per-pid`.
 #[derive(Debug, Clone, Default)]
@@ -190,7 +194,7 @@ pub struct ProbeCost {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Calibration {
     /// One entry per entry cost class and return mode.
-    pub classes: Vec<crate::probe_cost::ClassCost>,
+    pub classes: Vec<ClassCost>,
     /// Calls per calibration function per round.
     pub calls: u64,
     /// Timing rounds.
@@ -204,7 +208,7 @@ pub struct Calibration {
     pub contended: bool,
     /// The same measurement repeated at the end of the run (empty when it was not: budget
     /// exceeded, in-kernel aggregation, or it failed). How far it moved widens the errors.
-    pub at_end: Vec<crate::probe_cost::ClassCost>,
+    pub at_end: Vec<ClassCost>,
 }
 
 /// A whole run.
@@ -234,14 +238,14 @@ pub struct Run {
     /// (`--split-by`).
     pub split: Option<SplitTrees>,
     /// What the in-situ check found per root phase (`--in-situ`); empty otherwise.
-    pub in_situ: Vec<crate::aggregate::insitu::InSituCheck>,
+    pub in_situ: Vec<InSituCheck>,
 }
 
 impl Run {
     /// Forgets the corrected figures (`report --raw`): every output then shows the times as
     /// measured. The calibration record stays.
     pub fn drop_corrections(&mut self) {
-        fn walk(n: &mut crate::aggregate::TreeNode) {
+        fn walk(n: &mut TreeNode) {
             n.corrected = None;
             n.children.iter_mut().for_each(walk);
         }
@@ -266,47 +270,4 @@ impl Run {
                 (s.with.roots.iter().chain(&s.without.roots)).any(|r| r.corrected.is_some())
             })
     }
-}
-
-/// Stacks sampled or blocked during a run, each prefixed by the phase path open at the time.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct StackProfile {
-    /// Unit of the weights: "samples" (CPU) or "ns" (off-CPU).
-    pub unit: String,
-    /// Sampling frequency per CPU, Hz (CPU profiles).
-    pub frequency_hz: Option<u64>,
-    /// Records received (samples, or off-CPU intervals).
-    pub records: u64,
-    /// Records dropped because the ring buffer was full.
-    pub lost: u64,
-    /// Folded stacks (`phase;...;user frames;kernel frames_[k]`), sorted, weights summed.
-    pub stacks: Vec<FoldedStack>,
-}
-
-impl StackProfile {
-    /// The stacks in the folded format (`stack weight` per line).
-    pub fn folded(&self) -> String {
-        let mut out = String::new();
-        for s in &self.stacks {
-            out.push_str(&s.stack);
-            out.push(' ');
-            out.push_str(&s.weight.to_string());
-            out.push('\n');
-        }
-        out
-    }
-
-    /// Sum of all weights.
-    pub fn total(&self) -> u64 {
-        self.stacks.iter().map(|s| s.weight).sum()
-    }
-}
-
-/// One folded stack and its weight.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FoldedStack {
-    /// Frames outermost first, joined by `;`.
-    pub stack: String,
-    /// Samples or ns.
-    pub weight: u64,
 }

@@ -1,0 +1,36 @@
+//! Model: the run as data, the ground floor every stage builds on or reads.
+//!
+//! A [`Run`] holds provenance, per-phase attach facts, counters, the probe cost and the phase
+//! tree ([`PhaseTree`] of [`TreeNode`]s with HDR histograms), the per-root-call table, the span
+//! log and the folded stacks. The session builds it at the end of `attach`/`record`; `--json`
+//! writes it ([`json`], schema v1, docs/json.md) and `report`, `compare` and `check` read it
+//! back, so everything printed about a run comes from this one value. Nothing here imports a
+//! stage: resolve, attach, collect, aggregate, render and analyze all import from here.
+
+mod calls;
+mod cost;
+mod histogram;
+mod insitu;
+pub mod json;
+mod run;
+mod sampled;
+mod stacks;
+mod tree;
+
+#[cfg(test)]
+pub(crate) mod testutil;
+
+pub use calls::{CallRow, CallTable, SpanLog, SpanRecord};
+pub use cost::{class_from_name, class_name, ClassCost, CostClass, MEASURED, MODEL};
+pub use histogram::{new_histogram, LatencyHistogram, MAX_TRACKED_NS, SIGNIFICANT_DIGITS};
+pub use insitu::InSituCheck;
+pub use run::{
+    Aggregation, Calibration, Counters, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance,
+    Run, UnwindCounters, SCHEMA_VERSION,
+};
+pub use sampled::SampledShare;
+pub use stacks::{FoldedStack, StackProfile};
+pub use tree::{
+    keyed_name, Corrected, NodeSnapshot, PhaseTree, ProcessTree, SplitTrees, TreeNode, UnitSpec,
+    Units, MAX_HELD_SPANS,
+};
