@@ -380,7 +380,7 @@ pub struct ReportArgs {
     pub run: PathBuf,
     /// Output format.
     #[arg(long, value_enum, default_value = "tree")]
-    pub format: ReportFormat,
+    pub format: crate::render::Format,
     /// Write to this file instead of stdout.
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
@@ -473,31 +473,6 @@ pub struct CheckArgs {
     /// Confidence level of the intervals.
     #[arg(long, value_name = "LEVEL", default_value_t = 0.95)]
     pub confidence: f64,
-}
-
-/// Formats `report` can write.
-#[derive(Debug, Clone, Copy, ValueEnum)]
-pub enum ReportFormat {
-    /// The text tree.
-    Tree,
-    /// The JSON run (schema v1).
-    Json,
-    /// Folded stacks of self time (ns).
-    Folded,
-    /// A phase flamegraph.
-    Svg,
-    /// One CSV row per root call.
-    Csv,
-    /// Chrome/Perfetto trace JSON.
-    Trace,
-    /// CPU samples as folded stacks (runs recorded with --cpu-sample).
-    CpuFolded,
-    /// The CPU flamegraph.
-    CpuSvg,
-    /// Off-CPU time as folded stacks (runs recorded with --off-cpu).
-    OffcpuFolded,
-    /// The off-CPU flamegraph.
-    OffcpuSvg,
 }
 
 /// `--return` values.

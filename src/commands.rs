@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::Result;
 
-use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ReportFormat, ResolveArgs, TargetArgs};
+use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ResolveArgs, TargetArgs};
 use crate::error::WprofError;
 use crate::probe_cost;
 use crate::profile::{Profile, BUILTIN};
@@ -329,9 +329,7 @@ pub fn report(a: ReportArgs) -> Result<i32> {
     if let Some(phase) = &a.split_by {
         check_split(&run, phase, &a.run)?;
     }
-    let per_call = matches!(a.format, ReportFormat::Csv | ReportFormat::Trace)
-        || a.tail.is_some()
-        || a.first.is_some();
+    let per_call = a.format.needs_every_call() || a.tail.is_some() || a.first.is_some();
     if per_call && run.provenance.aggregation == crate::model::Aggregation::Kernel {
         return Err(WprofError::Usage(format!(
             "{} was aggregated in the kernel (--aggregate kernel): it has no per-call table, so \
@@ -355,21 +353,9 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         }
         return Ok(0);
     }
-    let kind = match a.format {
-        ReportFormat::Tree => session::OutputKind::Tree,
-        ReportFormat::Json => session::OutputKind::Json,
-        ReportFormat::Folded => session::OutputKind::Folded,
-        ReportFormat::Svg => session::OutputKind::Svg,
-        ReportFormat::Csv => session::OutputKind::Csv,
-        ReportFormat::Trace => session::OutputKind::Trace,
-        ReportFormat::CpuFolded => session::OutputKind::CpuFolded,
-        ReportFormat::CpuSvg => session::OutputKind::CpuSvg,
-        ReportFormat::OffcpuFolded => session::OutputKind::OffCpuFolded,
-        ReportFormat::OffcpuSvg => session::OutputKind::OffCpuSvg,
-    };
     // Rendered first, so a run that lacks what was asked for leaves no empty file behind.
     let mut buf = Vec::new();
-    session::render_to(&run, kind, &mut buf)?;
+    crate::render::write(&run, a.format, &mut buf)?;
     match &a.output {
         Some(p) => crate::output_file::write(p, &buf)?,
         None => crate::stdout::Stdout.write_all(&buf)?,

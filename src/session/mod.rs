@@ -39,7 +39,7 @@ use costs::{calibrated, RunCosts};
 pub use child::GatedChild;
 pub use estimate::{estimate, Estimate};
 pub use guard::check_loadable as check_unwind_guard;
-pub use outputs::{render_to, write_outputs, Kind as OutputKind};
+pub use outputs::write_outputs;
 pub use trace_loop::{EndReason, Watch};
 
 /// `wprof attach`: trace running processes until an end condition; exit code 0.

@@ -1,13 +1,12 @@
 //! Writing a run's outputs: the tree on stdout and the files the user asked for.
 
-use std::io::Write;
 use std::path::Path;
 
 use anyhow::{Context, Result};
 
 use crate::args::OutputArgs;
 use crate::model::{Aggregation, Run};
-use crate::render::{self, StackKind};
+use crate::render::{self, Format};
 
 /// Prints the tree (unless `quiet`) and writes every requested file. Each file is written
 /// even if an earlier one failed; the first error is returned.
@@ -19,60 +18,60 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
             eprintln!("wprof: warning: printing the tree failed: {e}");
         }
     }
-    let mut jobs: Vec<(std::path::PathBuf, Kind)> = Vec::new();
+    let mut jobs: Vec<(std::path::PathBuf, Format)> = Vec::new();
     if let Some(dir) = &out.out {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("create output directory {}", dir.display()))?;
-        jobs.push((dir.join("run.json"), Kind::Json));
-        jobs.push((dir.join("tree.txt"), Kind::Tree));
-        jobs.push((dir.join("phases.folded"), Kind::Folded));
-        jobs.push((dir.join("phases.svg"), Kind::Svg));
+        jobs.push((dir.join("run.json"), Format::Json));
+        jobs.push((dir.join("tree.txt"), Format::Tree));
+        jobs.push((dir.join("phases.folded"), Format::Folded));
+        jobs.push((dir.join("phases.svg"), Format::Svg));
         if run.provenance.aggregation == Aggregation::Kernel {
             eprintln!(
                 "wprof: {} has no calls.csv or trace.json: they need every call (--aggregate event)",
                 dir.display()
             );
         } else {
-            jobs.push((dir.join("calls.csv"), Kind::Csv));
-            jobs.push((dir.join("trace.json"), Kind::Trace));
+            jobs.push((dir.join("calls.csv"), Format::Csv));
+            jobs.push((dir.join("trace.json"), Format::Trace));
         }
         if run.cpu.is_some() {
-            jobs.push((dir.join("cpu.folded"), Kind::CpuFolded));
-            jobs.push((dir.join("cpu.svg"), Kind::CpuSvg));
+            jobs.push((dir.join("cpu.folded"), Format::CpuFolded));
+            jobs.push((dir.join("cpu.svg"), Format::CpuSvg));
         }
         if run.off_cpu.is_some() {
-            jobs.push((dir.join("offcpu.folded"), Kind::OffCpuFolded));
-            jobs.push((dir.join("offcpu.svg"), Kind::OffCpuSvg));
+            jobs.push((dir.join("offcpu.folded"), Format::OffCpuFolded));
+            jobs.push((dir.join("offcpu.svg"), Format::OffCpuSvg));
         }
     }
     if let Some(p) = &out.json {
-        jobs.push((p.clone(), Kind::Json));
+        jobs.push((p.clone(), Format::Json));
     }
     if let Some(p) = &out.folded {
-        jobs.push((p.clone(), Kind::Folded));
+        jobs.push((p.clone(), Format::Folded));
     }
     if let Some(p) = &out.flamegraph {
-        jobs.push((p.clone(), Kind::Svg));
+        jobs.push((p.clone(), Format::Svg));
     }
     if let Some(p) = &out.events {
-        jobs.push((p.clone(), Kind::Csv));
+        jobs.push((p.clone(), Format::Csv));
     }
     if let Some(p) = &out.trace {
-        jobs.push((p.clone(), Kind::Trace));
+        jobs.push((p.clone(), Format::Trace));
     }
     for (path, kind) in [
-        (&out.cpu_folded, Kind::CpuFolded),
-        (&out.cpu_flamegraph, Kind::CpuSvg),
-        (&out.off_cpu_folded, Kind::OffCpuFolded),
-        (&out.off_cpu_flamegraph, Kind::OffCpuSvg),
+        (&out.cpu_folded, Format::CpuFolded),
+        (&out.cpu_flamegraph, Format::CpuSvg),
+        (&out.off_cpu_folded, Format::OffCpuFolded),
+        (&out.off_cpu_flamegraph, Format::OffCpuSvg),
     ] {
         if let Some(p) = path {
             jobs.push((p.clone(), kind));
         }
     }
     let mut first_err = None;
-    for (path, kind) in jobs {
-        if let Err(e) = write_one(run, &text, &path, kind) {
+    for (path, format) in jobs {
+        if let Err(e) = write_one(run, &text, &path, format) {
             eprintln!("wprof: {e:#}");
             first_err.get_or_insert(e);
         }
@@ -80,88 +79,15 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
     first_err.map_or(Ok(()), Err)
 }
 
-/// An output format.
-#[derive(Debug, Clone, Copy)]
-pub enum Kind {
-    /// JSON schema v1.
-    Json,
-    /// The text tree.
-    Tree,
-    /// Folded self-time stacks.
-    Folded,
-    /// Phase flamegraph.
-    Svg,
-    /// Per-root-call CSV.
-    Csv,
-    /// Chrome/Perfetto trace JSON.
-    Trace,
-    /// CPU samples as folded stacks under their phases.
-    CpuFolded,
-    /// CPU flamegraph.
-    CpuSvg,
-    /// Off-CPU time as folded stacks under their phases.
-    OffCpuFolded,
-    /// Off-CPU flamegraph.
-    OffCpuSvg,
-}
-
-/// Renders `run` in `kind` into `w`.
-pub fn render_to(run: &Run, kind: Kind, w: &mut dyn Write) -> Result<()> {
-    match kind {
-        Kind::Json => {
-            serde_json::to_writer_pretty(&mut *w, &crate::model::json::to_json(run))?;
-            writeln!(w)?;
-        }
-        Kind::Tree => {
-            w.write_all(render::render_tree(run, &render::TextOptions::default()).as_bytes())?
-        }
-        Kind::Folded => w.write_all(render::folded(&run.tree).as_bytes())?,
-        Kind::Svg => {
-            let title = format!("wprof: {} phases (wall time)", run.provenance.profile_name);
-            let mut buf = Vec::new();
-            render::flamegraph_svg(&render::folded(&run.tree), &title, &mut buf)?;
-            w.write_all(&buf)?;
-        }
-        Kind::Csv => w.write_all(render::calls_csv(run).as_bytes())?,
-        Kind::Trace => {
-            serde_json::to_writer(&mut *w, &render::chrome_trace(run))?;
-            writeln!(w)?;
-        }
-        Kind::CpuFolded | Kind::CpuSvg | Kind::OffCpuFolded | Kind::OffCpuSvg => {
-            let (profile, stack_kind, what, flag) = match kind {
-                Kind::CpuFolded | Kind::CpuSvg => {
-                    (&run.cpu, StackKind::Cpu, "CPU samples", "--cpu-sample HZ")
-                }
-                _ => (&run.off_cpu, StackKind::OffCpu, "off-CPU time", "--off-cpu"),
-            };
-            let Some(profile) = profile else {
-                return Err(crate::error::WprofError::Usage(format!(
-                    "this run has no {what}: record it with {flag}"
-                ))
-                .into());
-            };
-            if matches!(kind, Kind::CpuFolded | Kind::OffCpuFolded) {
-                w.write_all(profile.folded().as_bytes())?;
-            } else {
-                let title = format!("wprof: {} — {what} by phase", run.provenance.profile_name);
-                let mut buf = Vec::new();
-                render::stack_flamegraph_svg(profile, stack_kind, &title, &mut buf)?;
-                w.write_all(&buf)?;
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Renders one output, then writes it whole or not at all: a new file next to `path`, created
 /// exclusively (never through a symlink planted there, never onto a file someone else made),
 /// renamed over `path` once complete (a symlink at `path` is replaced, not followed). A full
 /// disk leaves the old file, or none, and an error naming the file.
-fn write_one(run: &Run, text: &str, path: &Path, kind: Kind) -> Result<()> {
+fn write_one(run: &Run, text: &str, path: &Path, format: Format) -> Result<()> {
     let mut buf = Vec::new();
-    match kind {
-        Kind::Tree => buf.extend_from_slice(text.as_bytes()),
-        _ => render_to(run, kind, &mut buf)?,
+    match format {
+        Format::Tree => buf.extend_from_slice(text.as_bytes()),
+        _ => render::write(run, format, &mut buf)?,
     }
     crate::output_file::write(path, &buf)
 }
