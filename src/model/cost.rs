@@ -1,11 +1,14 @@
 //! The vocabulary of probe costs: what one probe hit costs by the instruction it lands on, and
 //! what the calibration measured per combination of entry class and return mode.
 
+use serde::{Deserialize, Serialize};
+
 use crate::profile::ReturnMode;
 
 /// How expensive a uprobe hit on an instruction is (facts.md): the kernel emulates some
 /// instructions and single-steps the rest out of line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum CostClass {
     /// A NOP (e.g. the 5-byte nop of -fpatchable-function-entry): emulated, cheapest.
     Nop,
@@ -42,11 +45,12 @@ pub fn class_from_name(name: &str) -> Option<CostClass> {
 }
 
 /// One calibrated combination of entry class and return mode.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ClassCost {
     /// Class of the entry instruction.
     pub entry: CostClass,
     /// True for a uretprobe return, false for a probe on the RET instruction.
+    #[serde(rename = "return_mode", with = "return_mode")]
     pub uretprobe: bool,
     /// Whole entry + return cost of one call, ns: what an enclosing call's window contains.
     pub pair_ns: f64,
@@ -74,5 +78,34 @@ impl ClassCost {
             "ret-site"
         };
         format!("{}+{ret}", class_name(self.entry))
+    }
+}
+
+/// `ClassCost::uretprobe` in the JSON: the return mode as phases spell it.
+mod return_mode {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::profile::ReturnMode;
+
+    pub fn serialize<S: Serializer>(uretprobe: &bool, s: S) -> Result<S::Ok, S::Error> {
+        let mode = if *uretprobe {
+            ReturnMode::Uretprobe
+        } else {
+            ReturnMode::RetSites
+        };
+        s.serialize_str(mode.as_str())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == ReturnMode::Uretprobe.as_str() {
+            Ok(true)
+        } else if text == ReturnMode::RetSites.as_str() {
+            Ok(false)
+        } else {
+            Err(serde::de::Error::custom(format!(
+                "calibration: unknown return mode {text:?}"
+            )))
+        }
     }
 }

@@ -4,6 +4,8 @@
 //! folded, SVG). `--json` writes exactly this (schema v1, docs/json.md), and `report` reads it
 //! back, so everything printed about a run comes from this one value.
 
+use serde::{Deserialize, Serialize};
+
 use super::calls::{CallTable, SpanLog};
 use super::cost::ClassCost;
 use super::insitu::InSituCheck;
@@ -31,7 +33,7 @@ pub struct ProcessRun {
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// Where and how the run was made.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Provenance {
     /// wprof's version.
     pub wprof_version: String,
@@ -46,8 +48,10 @@ pub struct Provenance {
     /// Traced pids (the `--pid`s, or `record`'s child).
     pub pids: Vec<u32>,
     /// Whether children of the traced processes were traced too (`--follow-forks`).
+    #[serde(default)]
     pub follow_forks: bool,
     /// Processes that got traced by following forks, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub forked: Vec<u32>,
     /// The command, for `record`.
     pub command: Option<Vec<String>>,
@@ -62,14 +66,18 @@ pub struct Provenance {
     /// Why the run ended (duration, signal, target exit).
     pub end_reason: String,
     /// Where the calls were aggregated (`--aggregate`).
+    // Absent in runs recorded before `--aggregate`: those aggregated per event.
+    #[serde(default)]
     pub aggregation: Aggregation,
     /// Share of the run the probes were live when `--max-overhead` had them live only part
     /// of each second (counts are then those of the live windows); None: always live.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes_live_fraction: Option<f64>,
 }
 
 /// Where a run's calls were aggregated (`--aggregate`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Aggregation {
     /// In wprof, from one span per call: the per-call table, traces and per-pid trees too.
     #[default]
@@ -89,7 +97,7 @@ impl Aggregation {
 }
 
 /// A probed object file.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectInfo {
     /// Path as the target sees it.
     pub path: String,
@@ -98,7 +106,7 @@ pub struct ObjectInfo {
 }
 
 /// What was attached for a phase and what its probes saw.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct PhaseInfo {
     /// Phase id.
     pub id: u32,
@@ -115,6 +123,7 @@ pub struct PhaseInfo {
     /// Cost class of the entry instruction ("nop", "emulated", "single-step").
     pub entry_cost: String,
     /// Bytes past the function's start the entry probe sits (4 past a leading `endbr64`).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub entry_offset: u64,
     /// Number of RET/tail-JMP sites probed (ret-sites mode).
     pub exit_sites: u32,
@@ -129,15 +138,17 @@ pub struct PhaseInfo {
     /// Entries dropped because the thread's stack was full.
     pub overflow: u64,
     /// Calls left out because they were not made inside the phase's `under` phase.
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub outside_under: u64,
     /// Cost of one entry+return pair of this phase's probes, ns (calibrated, or estimated).
     pub probe_pair_ns: f64,
     /// The part of it inside the call's own window, ns (0 when not calibrated).
+    #[serde(default)]
     pub probe_own_ns: f64,
 }
 
 /// Run-wide counters.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Counters {
     /// Ring-buffer events read.
     pub events: u64,
@@ -158,27 +169,33 @@ pub struct Counters {
     /// Entries dropped: no stack could be allocated.
     pub no_stack: u64,
     /// Spans left out because they started during `--skip`.
+    #[serde(default)]
     pub skipped_spans: u64,
     /// The unwind guard's work (guarded uretprobes; all 0 without it).
+    #[serde(flatten)]
     pub unwind: UnwindCounters,
 }
 
 /// What the unwind guard did: unwinds (exceptions, panics, forced unwinds) that began on a
 /// thread with open phases, and the return addresses it put back and re-armed.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UnwindCounters {
     /// Unwinder entries on threads with open phases (a throw, each cleanup's resume, ...).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub unwinds: u64,
     /// Frames whose original return address the guard put back for the unwinder.
+    #[serde(rename = "unwind_restored", default, skip_serializing_if = "is_zero")]
     pub restored: u64,
     /// Frames the catch found still live and gave the trampoline back.
+    #[serde(rename = "unwind_rearmed", default, skip_serializing_if = "is_zero")]
     pub rearmed: u64,
     /// Frames whose return slot held something unexpected, left alone.
+    #[serde(rename = "unwind_foreign", default, skip_serializing_if = "is_zero")]
     pub foreign: u64,
 }
 
 /// The probe cost of the run.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct ProbeCost {
     /// How the per-hit costs were obtained: calibrated on the host, or fixed estimates.
     pub model: String,
@@ -187,11 +204,12 @@ pub struct ProbeCost {
     /// Time the probes added to the target, ns.
     pub added_ns: f64,
     /// The host calibration the times were corrected with (None: not corrected).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
 }
 
 /// What the calibration before the run measured (`probe_cost::calibrate`).
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     /// One entry per entry cost class and return mode.
     pub classes: Vec<ClassCost>,
@@ -208,6 +226,7 @@ pub struct Calibration {
     pub contended: bool,
     /// The same measurement repeated at the end of the run (empty when it was not: budget
     /// exceeded, in-kernel aggregation, or it failed). How far it moved widens the errors.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub at_end: Vec<ClassCost>,
 }
 
@@ -270,4 +289,9 @@ impl Run {
                 (s.with.roots.iter().chain(&s.without.roots)).any(|r| r.corrected.is_some())
             })
     }
+}
+
+/// For `skip_serializing_if`: counters that are 0 are left out of the JSON.
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

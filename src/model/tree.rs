@@ -17,7 +17,8 @@ pub struct UnitSpec {
 }
 
 /// Units a node processed (`unit` phases): the sum of the captured argument, or its calls.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// In the JSON as it is: `{"name": "rows", "total": 200000}`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Units {
     /// The unit's name.
     pub name: String,

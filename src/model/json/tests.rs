@@ -6,6 +6,7 @@ use super::*;
 use crate::model::testutil::{
     calibrated_run, empty_run, grouped_run, per_pid_run, sample_run, split_run,
 };
+use crate::model::{PhaseTree, TreeNode};
 
 fn nodes(tree: &PhaseTree) -> Vec<&TreeNode> {
     let mut out = Vec::new();
