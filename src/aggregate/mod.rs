@@ -9,6 +9,7 @@
 //! records fold into stacks under their phase paths ([`stacks`]). Plain values only: nothing
 //! here touches BPF, so it is tested without root.
 
+mod build;
 mod calls;
 
 pub mod insitu;

@@ -13,7 +13,8 @@ use std::collections::HashMap;
 
 use wprof_common::Event;
 
-use super::tree::{phase_name, Builder, NodeMap, NodeStats};
+use super::build::{phase_name, Builder};
+use super::tree::{NodeMap, NodeStats};
 use crate::model::SplitTrees;
 
 /// The spans of one thread's current root call.
