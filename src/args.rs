@@ -414,7 +414,7 @@ pub struct CompareArgs {
     pub new: PathBuf,
     /// Align nodes by phase path (same profile) or by role path (different profiles).
     #[arg(long, value_enum, default_value = "phase")]
-    pub by: AlignBy,
+    pub by: crate::model::AlignBy,
     /// Smallest relative change reported as a difference, e.g. 5% (significance alone is not
     /// enough: with 10^5 calls everything is significant).
     #[arg(long, value_name = "PCT", default_value = "5%")]
@@ -443,15 +443,6 @@ pub struct CompareArgs {
     /// Also write a differential off-CPU flamegraph (both runs recorded with --off-cpu).
     #[arg(long, value_name = "FILE.svg")]
     pub off_cpu_flamegraph: Option<PathBuf>,
-}
-
-/// How compare lines nodes up.
-#[derive(Debug, Clone, Copy, ValueEnum, PartialEq, Eq)]
-pub enum AlignBy {
-    /// By the path of phase names.
-    Phase,
-    /// By the path of roles (phases without a role keep their name).
-    Role,
 }
 
 /// `wprof check`.

@@ -7,7 +7,6 @@
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::Path;
 
 use anyhow::Result;
 
@@ -16,48 +15,9 @@ use crate::error::{exit, WprofError};
 use crate::model::Run;
 use crate::model::{new_histogram, CallRow, LatencyHistogram, TreeNode};
 
-use super::hypothesis::{self, Hypothesis, Kind, Standing};
+use super::hypothesis;
 use super::stats::{self, SplitMix64};
-
-/// The outcome of one hypothesis.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The whole confidence interval satisfies the bound.
-    Supported,
-    /// The whole confidence interval violates the bound.
-    Refuted,
-    /// The interval straddles the bound, or there are too few calls to tell.
-    Inconclusive,
-}
-
-impl Outcome {
-    /// The word printed and written to JSON.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Supported => "SUPPORTED",
-            Outcome::Refuted => "REFUTED",
-            Outcome::Inconclusive => "INCONCLUSIVE",
-        }
-    }
-}
-
-/// The verdict on one hypothesis.
-#[derive(Debug, Clone)]
-pub struct Verdict {
-    /// The hypothesis.
-    pub hypothesis: Hypothesis,
-    /// The point estimate, in the claim's unit.
-    pub measured: Option<f64>,
-    /// The confidence interval of the estimate.
-    pub ci: Option<(f64, f64)>,
-    /// The outcome.
-    pub outcome: Outcome,
-    /// Why, in words.
-    pub reason: String,
-    /// Root calls (or phase calls, for the tree fallback) the estimate rests on; for a
-    /// difference, the smaller of the two runs' counts.
-    pub calls: u64,
-}
+use crate::model::{Hypothesis, Kind, Outcome, Standing, Verdict};
 
 fn usage(msg: String) -> anyhow::Error {
     WprofError::Usage(msg).into()
@@ -440,112 +400,6 @@ fn evaluate(
     }
 }
 
-fn fmt_value(kind: Kind, v: f64) -> String {
-    match kind {
-        Kind::Share => format!("{v:.2}%"),
-        Kind::MeanUs | Kind::P99Us => format!("{v:.2} µs"),
-        Kind::CountPerCall => format!("{v:.3}"),
-        Kind::ShareDelta => format!("{v:+.2} pp"),
-        Kind::MeanDelta | Kind::P99Delta => format!("{v:+.2}%"),
-    }
-}
-
-fn test_text(h: &Hypothesis) -> String {
-    let phase = h.phase.join("/");
-    match (&h.of, h.kind) {
-        (Some(of), _) => format!(
-            "{} {phase} of {} {}",
-            h.kind.key(),
-            of.join("/"),
-            h.bound_text
-        ),
-        (None, Kind::Share | Kind::ShareDelta) => {
-            format!("{} {phase} of root {}", h.kind.key(), h.bound_text)
-        }
-        _ => format!("{} {phase} {}", h.kind.key(), h.bound_text),
-    }
-}
-
-/// The verdicts as a text table.
-pub fn render_table(verdicts: &[Verdict], confidence: f64) -> String {
-    let header = [
-        "ID".to_string(),
-        "TEST".to_string(),
-        "MEASURED".to_string(),
-        format!("{:.0}% CI", confidence * 100.0),
-        "VERDICT".to_string(),
-        "REASON".to_string(),
-    ];
-    let mut lines = vec![header];
-    for v in verdicts {
-        let k = v.hypothesis.kind;
-        lines.push([
-            v.hypothesis.id.clone(),
-            test_text(&v.hypothesis),
-            v.measured.map(|x| fmt_value(k, x)).unwrap_or("-".into()),
-            v.ci.map(|(l, h)| format!("[{}, {}]", fmt_value(k, l), fmt_value(k, h)))
-                .unwrap_or("-".into()),
-            v.outcome.as_str().to_string(),
-            v.reason.clone(),
-        ]);
-    }
-    let mut widths = [0usize; 6];
-    for l in &lines {
-        for (w, c) in widths.iter_mut().zip(l) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let mut out = String::new();
-    for (i, l) in lines.iter().enumerate() {
-        let mut line = String::new();
-        for (j, (c, w)) in l.iter().zip(widths).enumerate() {
-            if j == 5 {
-                line.push_str(c);
-            } else {
-                let pad = w - c.chars().count();
-                let _ = write!(line, "{c}{}  ", " ".repeat(pad));
-            }
-        }
-        out.push_str(line.trim_end());
-        out.push('\n');
-        if i > 0 && !verdicts[i - 1].hypothesis.claim.is_empty() {
-            let _ = writeln!(out, "    claim: {}", verdicts[i - 1].hypothesis.claim);
-        }
-    }
-    out
-}
-
-/// The verdicts as the `--json` document.
-pub fn verdicts_json(
-    run: &Path,
-    base: Option<&Path>,
-    verdicts: &[Verdict],
-    a: &CheckArgs,
-) -> serde_json::Value {
-    let num = |x: Option<f64>| x.filter(|v| v.is_finite());
-    serde_json::json!({
-        "run": run.display().to_string(),
-        "base": base.map(|b| b.display().to_string()),
-        "confidence": a.confidence,
-        "min_calls": a.min_calls,
-        "verdicts": verdicts.iter().map(|v| serde_json::json!({
-            "id": v.hypothesis.id,
-            "claim": v.hypothesis.claim,
-            "kind": v.hypothesis.kind.key(),
-            "phase": v.hypothesis.phase.join("/"),
-            "of": v.hypothesis.of.as_ref().map(|o| o.join("/")),
-            "measured": num(v.measured),
-            "ci_low": num(v.ci.map(|c| c.0)),
-            "ci_high": num(v.ci.map(|c| c.1)),
-            "unit": v.hypothesis.kind.unit(),
-            "bound": v.hypothesis.bound_text,
-            "verdict": v.outcome.as_str(),
-            "reason": v.reason,
-            "calls": v.calls,
-        })).collect::<Vec<_>>(),
-    })
-}
-
 /// Runs `wprof check`.
 pub fn run(a: CheckArgs) -> Result<i32> {
     if !(a.confidence > 0.0 && a.confidence < 1.0) {
@@ -588,9 +442,15 @@ pub fn run(a: CheckArgs) -> Result<i32> {
         .zip(&targets)
         .map(|(h, t)| evaluate(h, &run, base.as_ref(), t, &a))
         .collect();
-    crate::stdout::print(&render_table(&verdicts, a.confidence))?;
+    crate::stdout::print(&crate::render::check::render_table(&verdicts, a.confidence))?;
     if let Some(path) = &a.json {
-        let doc = verdicts_json(&a.run, a.base.as_deref(), &verdicts, &a);
+        let doc = crate::render::check::verdicts_json(
+            &a.run,
+            a.base.as_deref(),
+            &verdicts,
+            a.confidence,
+            a.min_calls,
+        );
         let mut s = serde_json::to_string_pretty(&doc)?;
         s.push('\n');
         crate::output_file::write(path, s.as_bytes())?;

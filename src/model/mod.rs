@@ -8,8 +8,10 @@
 //! stage: resolve, attach, collect, aggregate, render and analyze all import from here.
 
 mod calls;
+mod comparison;
 mod cost;
 mod histogram;
+mod hypothesis;
 mod insitu;
 pub mod json;
 mod run;
@@ -21,8 +23,10 @@ mod tree;
 pub(crate) mod testutil;
 
 pub use calls::{CallRow, CallTable, SpanLog, SpanRecord};
+pub use comparison::{AlignBy, Comparison, Keyed, NodeStats, Row, ALPHA};
 pub use cost::{class_from_name, class_name, ClassCost, CostClass, MEASURED, MODEL};
 pub use histogram::{new_histogram, LatencyHistogram, MAX_TRACKED_NS, SIGNIFICANT_DIGITS};
+pub use hypothesis::{Bound, Hypothesis, Kind, Outcome, Standing, Verdict};
 pub use insitu::InSituCheck;
 pub use run::{
     Aggregation, Calibration, Counters, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance,

@@ -5,6 +5,8 @@
 //! Plain values only: render reads the model and nothing else (the run's JSON codec, which
 //! `report`, `compare` and `check` read runs with, is [`crate::model::json`]).
 
+pub mod check;
+pub mod compare;
 mod diff_flamegraph;
 mod flamegraph;
 mod folded;

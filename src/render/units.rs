@@ -52,6 +52,18 @@ pub fn format_share(fraction: f64) -> String {
     }
 }
 
+/// A relative change as a signed percentage (`+12.5%`, `-3.0%`), `new` for a change from
+/// nothing.
+pub fn format_change(d: f64) -> String {
+    if d.is_infinite() {
+        "new".to_string()
+    } else if d >= 0.0 {
+        format!("+{}", format_share(d))
+    } else {
+        format_share(d)
+    }
+}
+
 /// Rounds as `format!("{:.N}")` would, to decide unit changes before printing.
 fn round_to(v: f64, decimals: i32) -> f64 {
     let f = 10f64.powi(decimals);
