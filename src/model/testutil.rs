@@ -56,6 +56,17 @@ const NAMES: [&str; 9] = [
     "checkpoint",
 ];
 
+/// Phases with these names, ids in order, nothing else known.
+pub fn phases_named(names: &[&str]) -> Vec<PhaseInfo> {
+    (names.iter().enumerate())
+        .map(|(i, n)| PhaseInfo {
+            id: i as u32,
+            name: n.to_string(),
+            ..Default::default()
+        })
+        .collect()
+}
+
 /// The sample tree.
 pub fn sample_tree() -> PhaseTree {
     let wal_sync = durations(1000, 140_000, 20_000);

@@ -67,20 +67,11 @@ fn field(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PhaseInfo;
     use crate::model::{CallRow, CallTable};
 
     fn run(columns: &[&str], rows: Vec<CallRow>, capped: bool) -> Run {
         Run {
-            phases: columns
-                .iter()
-                .enumerate()
-                .map(|(i, n)| PhaseInfo {
-                    id: i as u32,
-                    name: n.to_string(),
-                    ..Default::default()
-                })
-                .collect(),
+            phases: crate::model::testutil::phases_named(columns),
             calls: CallTable {
                 columns: columns.iter().map(|s| s.to_string()).collect(),
                 total_calls: rows.len() as u64 + u64::from(capped),

@@ -113,7 +113,6 @@ fn us(ns: u64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::PhaseInfo;
     use crate::model::{SpanLog, SpanRecord};
 
     fn span(start_ns: u64, dur_ns: u64, tid: u32, phase: u32, depth: u32) -> SpanRecord {
@@ -135,15 +134,7 @@ mod tests {
         run.provenance.wprof_version = "9.9.9".into();
         run.provenance.profile_name = "kv".into();
         run.provenance.command = Some(vec!["/usr/bin/kvd".into(), "--x".into()]);
-        run.phases = ["root", "child", "leaf"]
-            .iter()
-            .enumerate()
-            .map(|(i, n)| PhaseInfo {
-                id: i as u32,
-                name: n.to_string(),
-                ..Default::default()
-            })
-            .collect();
+        run.phases = crate::model::testutil::phases_named(&["root", "child", "leaf"]);
         run.spans = SpanLog {
             spans: vec![
                 span(2_000, 1_500, 11, 2, 2),
