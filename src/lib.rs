@@ -1,10 +1,12 @@
 //! wprof: attribute the latency of a program's write path to its phases, from the outside.
 //!
-//! The stages, each a module: [`resolve`] (profile + binary -> probe sites) -> [`attach`]
-//! (sites -> live uprobes) -> [`collect`] (ring buffer -> events) -> [`aggregate`]
-//! (events -> phase tree) -> [`render`] (tree -> text, JSON, folded, SVG). [`session`] runs
-//! them for `attach` and `record`; [`commands`] implements `probes`, `targets` and `report`;
-//! [`analyze`] holds `compare`, `check` and the tail split, all working on saved runs.
+//! The layers (docs/design-notes.md, "The layers"; tests/layers.rs keeps them): [`model`] is
+//! the ground floor, the data every stage shares (the profile, the run and its JSON). The
+//! stages, each a module: [`resolve`] (profile + binary -> probe sites) -> [`attach`] (sites ->
+//! live uprobes) -> [`collect`] (ring buffer -> events) -> [`aggregate`] (events -> phase tree)
+//! -> [`render`] (run -> text, JSON, folded, SVG, ...). [`session`] runs them for `attach` and
+//! `record`; [`commands`] implements `probes`, `targets` and `report`; [`analyze`] holds
+//! `compare`, `check` and the tail split, all working on saved runs.
 
 pub mod aggregate;
 pub mod analyze;
