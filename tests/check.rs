@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use wprof::aggregate::{CallRow, CallTable};
 use wprof::model::Run;
+use wprof::model::{CallRow, CallTable};
 
 /// A run of `n` root calls of `write` (20 µs) containing one `tuple_insert` (10 µs) containing
 /// one `aux` of `aux_pct`% ± 0.2% of tuple_insert.
@@ -42,7 +42,7 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 }
 
 fn write_run(dir: &Path, name: &str, r: &Run) -> PathBuf {
-    write(dir, name, &wprof::render::to_json(r).to_string())
+    write(dir, name, &wprof::model::json::to_json(r).to_string())
 }
 
 struct Out {
@@ -204,7 +204,7 @@ fn unparsable_bound_is_a_usage_error() {
 #[test]
 fn truncated_and_foreign_json_are_usage_errors() {
     let d = tempfile::tempdir().unwrap();
-    let full = wprof::render::to_json(&run(50, 7.0)).to_string();
+    let full = wprof::model::json::to_json(&run(50, 7.0)).to_string();
     let t = write(d.path(), "trunc.json", &full[..full.len() / 2]);
     let f = write(d.path(), "foreign.json", "{\"foo\":1}");
     let h = write(

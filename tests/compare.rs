@@ -263,7 +263,7 @@ fn by_role_lines_up_two_profiles() {
 
 /// A synthetic run JSON with one root `name` of `n` calls of `ns` each.
 fn synthetic(name: &str, n: u64, ns: u64, build_id: &str) -> String {
-    use wprof::aggregate::TreeNode;
+    use wprof::model::TreeNode;
     use wprof::model::{ObjectInfo, Run};
     let mut root = TreeNode::empty(0, name.to_string(), None);
     root.count = n;
@@ -278,7 +278,7 @@ fn synthetic(name: &str, n: u64, ns: u64, build_id: &str) -> String {
         path: "/bin/x".into(),
         build_id: Some(build_id.into()),
     });
-    serde_json::to_string(&wprof::render::to_json(&r)).unwrap()
+    serde_json::to_string(&wprof::model::json::to_json(&r)).unwrap()
 }
 
 fn expect_usage(o: &std::process::Output, needle: &str) {

@@ -137,7 +137,8 @@ pub fn report_text(json: &Path) -> String {
 pub fn read_json(path: &Path) -> serde_json::Value {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    wprof::render::parse_deep(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
+    wprof::model::json::parse_deep(&text)
+        .unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
 }
 
 /// Finds a tree node in a run JSON by a path of names from a root.
