@@ -12,7 +12,6 @@
 
 use anyhow::Result;
 
-use crate::args::TraceArgs;
 use crate::attach::Tracer;
 use crate::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
@@ -144,17 +143,16 @@ impl LateAttach {
 
 /// Optional phases whose library was nowhere to be found: watches the traced processes'
 /// dynamic loader so they are attached when it maps the library. A watch that cannot be set
-/// up is a warning (those phases then stay unattached, as without it).
+/// up is a warning (those phases then stay unattached, as without it). `profile` is the one
+/// resolved (return modes already overridden).
 pub fn watch_dlopen(
     tracer: &mut Tracer,
     profile: &Profile,
     phases: &[ResolvedPhase],
     pids: &[u32],
     every_process: bool,
-    t: &TraceArgs,
 ) -> Option<LateAttach> {
-    let effective = super::override_returns(profile, t.return_mode.map(Into::into));
-    let late = LateAttach::new(&effective, phases, pids, every_process)?;
+    let late = LateAttach::new(profile, phases, pids, every_process)?;
     let names = late.pending_names().join(", ");
     match late.watch(tracer) {
         Ok(()) => {
