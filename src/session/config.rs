@@ -10,8 +10,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Result;
+use clap::Parser;
 
-use crate::args::{AggregateMode, AttachArgs, OutputArgs, RecordArgs, TargetArgs, TraceArgs};
+use crate::args::{
+    AggregateMode, AttachArgs, Cli, Command, OutputArgs, RecordArgs, TargetArgs, TraceArgs,
+};
 use crate::attach::TracerOptions;
 use crate::error::WprofError;
 use crate::profile::{Measure, Profile};
@@ -39,6 +42,24 @@ pub enum TargetSpec {
         /// `--as-root`: keep root for the command even under sudo.
         as_root: bool,
     },
+}
+
+impl TargetSpec {
+    /// What the command line of a wprof process (`argv`, its program name first) traces:
+    /// None unless it parses as `attach` or `record`.
+    pub fn of_command_line(argv: &[String]) -> Option<TargetSpec> {
+        match Cli::try_parse_from(argv).ok()?.command {
+            Command::Attach(a) => Some(TargetSpec::Pids {
+                pids: a.pid,
+                follow_forks: a.follow_forks,
+            }),
+            Command::Record(r) => Some(TargetSpec::Command {
+                argv: r.command,
+                as_root: r.as_root,
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// `--interval` snapshots: where, and how often.
@@ -280,10 +301,7 @@ pub(super) fn usage(message: String) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
     use super::*;
-    use crate::args::{Cli, Command};
 
     fn record(args: &[&str]) -> Result<TraceConfig> {
         let mut argv = vec!["wprof", "record", "-t", "fixture", "--quiet"];
@@ -346,6 +364,30 @@ mod tests {
             }
         );
         assert!(c.takes_stacks() && c.tracer_options().stacks);
+    }
+
+    #[test]
+    fn another_wprofs_command_line_names_its_target() {
+        let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        assert_eq!(
+            TargetSpec::of_command_line(&argv("wprof attach -t fixture -p 7 --follow-forks")),
+            Some(TargetSpec::Pids {
+                pids: vec![7],
+                follow_forks: true
+            })
+        );
+        assert_eq!(
+            TargetSpec::of_command_line(&argv("wprof record -t fixture -- ls -l")),
+            Some(TargetSpec::Command {
+                argv: argv("ls -l"),
+                as_root: false
+            })
+        );
+        assert_eq!(TargetSpec::of_command_line(&argv("wprof targets")), None);
+        assert_eq!(
+            TargetSpec::of_command_line(&argv("wprof attach -t x")),
+            None
+        );
     }
 
     #[test]
