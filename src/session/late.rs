@@ -9,6 +9,10 @@
 //! of it the kernel registering the new uprobes (the loader's notice reaches wprof in ~50 µs
 //! and resolving takes ~0.6 ms). A library found in a search directory at attach time has no
 //! such window.
+//!
+//! In: the resolved profile and phases, the traced pids. Out: a [`LateAttach`] the collect
+//! loop calls on each of the loader's notices; at the end, the late-attached phases merged
+//! into the run's phases.
 
 use anyhow::Result;
 
