@@ -89,15 +89,13 @@ impl<'c> Session<'c> {
             self.tracer.trace_pids(&pids)?;
             self.tracer.follow_forks()?;
         }
-        let attach_started = Instant::now();
-        let (summary, kernel) = match self.attach(&pids, follow_forks) {
+        let attached = match self.attach(&pids, follow_forks) {
             Ok(attached) => attached,
             Err(e) => {
                 target.abort();
                 return Err(e);
             }
         };
-        let attach_ms = attach_started.elapsed().as_secs_f64() * 1e3;
         let mut late = late::watch_dlopen(
             &mut self.tracer,
             &self.config.profile,
@@ -105,31 +103,11 @@ impl<'c> Session<'c> {
             &pids,
             follow_forks,
         );
-        let (command, started, mut watch) = match target {
-            Target::Pids { .. } => {
-                let watch =
-                    self.watch_attached(&pids, follow_forks, &summary, &kernel, attach_ms)?;
-                (None, SystemTime::now(), watch)
-            }
-            Target::Child { mut child, argv } => {
-                if !self.config.quiet {
-                    eprintln!(
-                        "wprof: {} probe points live ({} links{kernel}) in {attach_ms:.1} ms; \
-                         starting {}",
-                        summary.points,
-                        summary.links,
-                        argv.join(" ")
-                    );
-                }
-                let started = SystemTime::now();
-                child.release()?;
-                (
-                    Some(argv),
-                    started,
-                    Watch::child(child, self.config.duration),
-                )
-            }
-        };
+        let Live {
+            mut watch,
+            started,
+            command,
+        } = self.go_live(target, &attached)?;
         let traced = self.collect(&mut watch, &pids, late.as_mut())?;
         if let Some(l) = late {
             l.merge(&mut self.phases);
@@ -156,9 +134,9 @@ impl<'c> Session<'c> {
         Ok(Outcome { run, exit_code })
     }
 
-    /// Attaches the unwind guard, the phases' probes and the kernel side to `pids`; returns
-    /// what was attached and a note on the kernel side for the "attached" line.
-    fn attach(&mut self, pids: &[u32], follow_forks: bool) -> Result<(AttachSummary, String)> {
+    /// Attaches the unwind guard, the phases' probes and the kernel side to `pids`.
+    fn attach(&mut self, pids: &[u32], follow_forks: bool) -> Result<Attached> {
+        let started = Instant::now();
         if let Some(g) = &self.guard {
             g.attach(&mut self.tracer, pids, follow_forks)?;
         }
@@ -171,7 +149,11 @@ impl<'c> Session<'c> {
             processes::note_untraced_mappers(&self.phases, pids);
         }
         let kernel = self.attach_kernel_side(pids)?;
-        Ok((summary, kernel))
+        Ok(Attached {
+            summary,
+            kernel,
+            ms: started.elapsed().as_secs_f64() * 1e3,
+        })
     }
 
     /// Attaches the kernel-side programs a run needs (kernel phases, off-CPU, CPU sampling) for
@@ -202,41 +184,65 @@ impl<'c> Session<'c> {
         Ok(note)
     }
 
-    /// Running processes, attached: fails when one died meanwhile, else starts watching them
-    /// and says so (the "attached" line).
-    fn watch_attached(
-        &self,
-        pids: &[u32],
-        follow_forks: bool,
-        summary: &AttachSummary,
-        kernel: &str,
-        attach_ms: f64,
-    ) -> Result<Watch> {
-        // A process that died during attach may have accepted no probe or a useless one.
-        if let Some(gone) = pids.iter().find(|&&p| !process_alive(p)) {
-            return Err(WprofError::NoProcess(format!(
-                "process {gone} exited while wprof was attaching; nothing was traced (start it again and re-run)"
-            ))
-            .into());
+    /// Starts watching `target`, its probes live, and says so: running processes (an error
+    /// when one died during attach), or the child released from its gate.
+    fn go_live(&self, target: Target, attached: &Attached) -> Result<Live> {
+        let Attached {
+            summary,
+            kernel,
+            ms,
+        } = attached;
+        match target {
+            Target::Pids { pids, follow_forks } => {
+                // A process that died during attach may have accepted no probe or a useless one.
+                if let Some(gone) = pids.iter().find(|&&p| !process_alive(p)) {
+                    return Err(WprofError::NoProcess(format!(
+                        "process {gone} exited while wprof was attaching; nothing was traced (start it again and re-run)"
+                    ))
+                    .into());
+                }
+                // Before the "attached" line, so a Ctrl-C right after it already ends the run
+                // cleanly.
+                let watch = Watch::pids(pids.clone(), self.config.duration);
+                let forks = if follow_forks {
+                    " and the processes they fork"
+                } else {
+                    ""
+                };
+                eprintln!(
+                    "wprof: attached {} probe points ({} links{kernel}, {} phases) in {ms:.1} ms to pid {}{forks}; Ctrl-C to stop",
+                    summary.points,
+                    summary.links,
+                    self.phases
+                        .iter()
+                        .filter(|p| matches!(p.status, Status::Resolved))
+                        .count(),
+                    join(&pids)
+                );
+                Ok(Live {
+                    watch,
+                    started: SystemTime::now(),
+                    command: None,
+                })
+            }
+            Target::Child { mut child, argv } => {
+                if !self.config.quiet {
+                    eprintln!(
+                        "wprof: {} probe points live ({} links{kernel}) in {ms:.1} ms; starting {}",
+                        summary.points,
+                        summary.links,
+                        argv.join(" ")
+                    );
+                }
+                let started = SystemTime::now();
+                child.release()?;
+                Ok(Live {
+                    watch: Watch::child(child, self.config.duration),
+                    started,
+                    command: Some(argv),
+                })
+            }
         }
-        // Before the "attached" line, so a Ctrl-C right after it already ends the run cleanly.
-        let watch = Watch::pids(pids.to_vec(), self.config.duration);
-        let forks = if follow_forks {
-            " and the processes they fork"
-        } else {
-            ""
-        };
-        eprintln!(
-            "wprof: attached {} probe points ({} links{kernel}, {} phases) in {attach_ms:.1} ms to pid {}{forks}; Ctrl-C to stop",
-            summary.points,
-            summary.links,
-            self.phases
-                .iter()
-                .filter(|p| matches!(p.status, Status::Resolved))
-                .count(),
-            join(pids)
-        );
-        Ok(watch)
     }
 
     /// The aggregator this run's options ask for.
@@ -376,6 +382,26 @@ impl<'c> Session<'c> {
             probes_live,
         })
     }
+}
+
+/// What attaching did, for the line that says so.
+struct Attached {
+    /// Probe points and links.
+    summary: AttachSummary,
+    /// A note on the kernel side (tracepoints, off-CPU, CPU sampling).
+    kernel: String,
+    /// How long it took, ms.
+    ms: f64,
+}
+
+/// A target being traced.
+struct Live {
+    /// What ends the run.
+    watch: Watch,
+    /// When the run started.
+    started: SystemTime,
+    /// `record`'s command line.
+    command: Option<Vec<String>>,
 }
 
 /// Per phase id, the cost of one call's two probe hits: calibrated, or the fixed estimate.
