@@ -179,52 +179,6 @@ pub struct TraceArgs {
     pub no_calibrate: bool,
 }
 
-impl TraceArgs {
-    /// With `--aggregate kernel`, refuses (usage error, exit 2) the options that need every
-    /// call or a call's start time, which in-kernel aggregation never sends to wprof. Checked
-    /// before anything is loaded.
-    pub fn check_aggregate(&self, out: &OutputArgs) -> Result<(), crate::error::WprofError> {
-        if self.aggregate != AggregateMode::Kernel {
-            return Ok(());
-        }
-        let refused = self.per_call_options(out);
-        if refused.is_empty() {
-            return Ok(());
-        }
-        let (them, need) = if refused.len() == 1 {
-            ("it", "it needs")
-        } else {
-            ("them", "they need")
-        };
-        Err(crate::error::WprofError::Usage(format!(
-            "--aggregate kernel cannot give {}: {need} every call, and in-kernel aggregation \
-             keeps only per-node summaries; use --aggregate event (the default) for {them}",
-            refused.join(", ")
-        )))
-    }
-}
-
-impl TraceArgs {
-    /// The options asked for that need every call as a span (so no in-kernel aggregation).
-    pub fn per_call_options(&self, out: &OutputArgs) -> Vec<&'static str> {
-        [
-            (out.events.is_some(), "--events (one CSV row per call)"),
-            (out.trace.is_some(), "--trace (one span per call)"),
-            (self.per_pid, "--per-pid (calls by process)"),
-            (self.split_by.is_some(), "--split-by (calls by root call)"),
-            (self.skip.is_some(), "--skip (calls by start time)"),
-            (
-                self.interval.is_some() || self.snapshots.is_some(),
-                "--interval/--snapshots (figures during the run)",
-            ),
-            (self.in_situ, "--in-situ (root calls by epoch)"),
-        ]
-        .into_iter()
-        .filter_map(|(on, what)| on.then_some(what))
-        .collect()
-    }
-}
-
 /// Where a run aggregates its calls (`--aggregate`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum AggregateMode {
@@ -573,7 +527,7 @@ mod tests {
     }
 
     #[test]
-    fn split_by_takes_a_phase_and_refuses_per_pid_and_kernel_aggregation() {
+    fn split_by_takes_a_phase_and_refuses_per_pid() {
         let parse = |extra: &[&str]| {
             let mut args = vec!["wprof", "record", "-t", "tsdb"];
             args.extend_from_slice(extra);
@@ -584,20 +538,8 @@ mod tests {
             panic!("not record")
         };
         assert_eq!(r.trace.split_by.as_deref(), Some("block_persist"));
-        assert!(r.trace.check_aggregate(&r.outputs).is_ok());
         let e = parse(&["--split-by", "x", "--per-pid"]).unwrap_err();
         assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
-        let Command::Record(r) = parse(&["--split-by", "x", "--aggregate", "kernel"])
-            .unwrap()
-            .command
-        else {
-            panic!("not record")
-        };
-        let e = r.trace.check_aggregate(&r.outputs).unwrap_err();
-        assert!(
-            matches!(&e, crate::error::WprofError::Usage(m) if m.contains("--split-by")),
-            "{e:?}"
-        );
     }
 
     #[test]

@@ -11,12 +11,8 @@ fn main() {
     }
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Attach(a) => (a.trace.check_aggregate(&a.outputs))
-            .map_err(Into::into)
-            .and_then(|()| session::attach(a)),
-        Command::Record(r) => (r.trace.check_aggregate(&r.outputs))
-            .map_err(Into::into)
-            .and_then(|()| session::record(r)),
+        Command::Attach(a) => session::attach(a),
+        Command::Record(r) => session::record(r),
         Command::Probes(p) => commands::probes(p),
         Command::Targets => commands::targets(),
         Command::Report(r) => commands::report(r),

@@ -7,6 +7,10 @@
 //! never a root: a moved leaf is then measured by CPU samples inside its probed parent
 //! (`aggregate::sampled`), and the parent's calls stay exact. When nothing may move and the
 //! rest is still over, the rest is probed part of each second ([`super::duty`]).
+//!
+//! In: each phase's probe hits and cost a second ([`PhaseLoad`]), the traced processes'
+//! CPU time and the budget. Out: a [`Plan`] (the phases to move, the share left), and during
+//! a run the [`Keeper`] that applies it to the tracer and says what moved ([`Moved`]).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};

@@ -3,6 +3,9 @@
 //!
 //! std's `Command::spawn` waits for the exec to happen, so it cannot hold a child before
 //! exec while the parent attaches; this is the small fork/exec that can.
+//!
+//! In: the executable, its argv and the [`Launch`] credentials. Out: a [`GatedChild`] to
+//! release, signal and wait for (its exit status).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;

@@ -1,10 +1,14 @@
 //! The probe costs a run corrects with: calibrated on the host before attaching (unless
 //! `--no-calibrate`), handed to BPF per phase and to the aggregator.
+//!
+//! In: the tracer, the resolved phases and the run's plan. Out: [`RunCosts`] (per phase, the
+//! cost of a call's probes and its uncertainty), the run's [`Calibration`] record and the
+//! stated errors of a corrected tree.
 
 use anyhow::Result;
 use wprof_common::PhaseCost;
 
-use crate::args::TraceArgs;
+use super::config::TraceConfig;
 use crate::attach::Tracer;
 use crate::collect::Collector;
 use crate::model::Calibration;
@@ -88,13 +92,13 @@ impl RunCosts {
     }
 }
 
-/// Calibrates (unless `--no-calibrate`) and gives BPF each phase's costs. A calibration that
-/// fails is a warning: the run goes on uncorrected.
+/// Calibrates (unless `config.calibrate` is off: `--no-calibrate`) and gives BPF each phase's
+/// costs. A calibration that fails is a warning: the run goes on uncorrected.
 pub(super) fn calibrated(
     tracer: &mut Tracer,
     collector: &mut Collector,
     phases: &[ResolvedPhase],
-    t: &TraceArgs,
+    config: &TraceConfig,
 ) -> Result<RunCosts> {
     let n = phases.iter().map(|p| p.id as usize + 1).max().unwrap_or(0);
     let mut costs = RunCosts {
@@ -102,7 +106,7 @@ pub(super) fn calibrated(
         per_phase: vec![PhaseCosts::default(); n],
         wanted: Vec::new(),
     };
-    if t.no_calibrate {
+    if !config.calibrate {
         return Ok(costs);
     }
     let wanted: Vec<(CostClass, bool)> = phases
@@ -111,7 +115,7 @@ pub(super) fn calibrated(
         .filter_map(probe_cost::cost_key)
         .collect();
     costs.wanted = wanted.clone();
-    let measured = match probe_cost::calibrate(tracer, collector, t.ring_size, &wanted, None) {
+    let measured = match probe_cost::calibrate(tracer, collector, config.ring_size, &wanted, None) {
         Ok(m) => m,
         Err(e) => {
             eprintln!(
@@ -135,7 +139,7 @@ pub(super) fn calibrated(
         })
         .collect();
     tracer.set_phase_costs(&bpf)?;
-    if !t.quiet {
+    if !config.quiet {
         eprintln!("wprof: {}", summary(&measured, phases));
     }
     costs.measured = Some(measured);

@@ -2,6 +2,10 @@
 //! `measure = "probe"`) cost more than the budget on their own, their probes are live only a
 //! fraction of each second instead of being taken off for good. Every call inside a live
 //! window is measured exactly; counts are then those of the windows, which the run says.
+//!
+//! In: the share the probes cost, the fraction they are live now and the budget. Out: the
+//! live fraction that fits ([`fraction_for`]) and a [`DutyCycle`] saying when to pause and
+//! resume the probes.
 
 use std::time::{Duration, Instant};
 

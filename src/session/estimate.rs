@@ -1,6 +1,9 @@
 //! `wprof probes --estimate SECS --pid PID`: what a profile's probes would cost a running
 //! process, measured by attaching them for a few seconds, and what `--max-overhead` would do
 //! about it (the same plan a run makes: `budget::plan_moves`, then the duty cycle).
+//!
+//! In: the resolved phases, a pid, a number of seconds and the budget. Out: an
+//! [`Estimate`] (what each phase's probes cost, what the budget would move).
 
 use std::time::{Duration, Instant};
 

@@ -6,6 +6,9 @@
 //! (`libstdc++.so.6`) and every object of a guarded phase (a statically linked unwinder, the
 //! Rust standard library compiled into a binary or a pgrx extension). Found by symbol, through
 //! the resolver, like any phase.
+//!
+//! In: the tracer, the resolved phases and the scope they resolved in. Out: a [`Guard`] to
+//! attach with the phases' probes, or the guarded phases switched to RET sites with a warning.
 
 use anyhow::Result;
 

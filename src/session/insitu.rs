@@ -1,6 +1,9 @@
 //! The in-situ check's epochs (`--in-situ`): every [`CYCLE`], the probes of every phase that
 //! is not a root come off for [`LIGHT`], so the roots' calls then run with only their own
 //! probes (`aggregate::insitu` compares them with the rest).
+//!
+//! In: the clock. Out: the [`Step`]s of [`Epochs`]: when to take the descendants' probes off
+//! and when to put them back.
 
 use std::time::{Duration, Instant};
 

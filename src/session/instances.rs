@@ -12,9 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use clap::Parser;
-
-use crate::args::{Cli, Command};
+use super::config::TargetSpec;
 use crate::resolve::ResolvedPhase;
 
 /// Warns on stderr of every other process that has, or is about to have, uprobes on one of
@@ -74,13 +72,15 @@ fn wprof_tracing(other: u32, pids: &[u32]) -> Option<String> {
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    let traces = match Cli::try_parse_from(&argv).ok()?.command {
-        Command::Attach(a) => pids.iter().any(|&p| {
-            a.pid.contains(&p) || (a.follow_forks && ancestors(p).iter().any(|q| a.pid.contains(q)))
+    let traces = match TargetSpec::of_command_line(&argv)? {
+        TargetSpec::Pids {
+            pids: theirs,
+            follow_forks,
+        } => pids.iter().any(|&p| {
+            theirs.contains(&p) || (follow_forks && ancestors(p).iter().any(|q| theirs.contains(q)))
         }),
         // record traces its own child only.
-        Command::Record(_) => pids.iter().any(|&p| parent(p) == Some(other)),
-        _ => false,
+        TargetSpec::Command { .. } => pids.iter().any(|&p| parent(p) == Some(other)),
     };
     let verb = argv.get(1).cloned().unwrap_or_default();
     traces.then(|| format!("wprof {verb}"))

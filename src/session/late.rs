@@ -9,10 +9,13 @@
 //! of it the kernel registering the new uprobes (the loader's notice reaches wprof in ~50 µs
 //! and resolving takes ~0.6 ms). A library found in a search directory at attach time has no
 //! such window.
+//!
+//! In: the resolved profile and phases, the traced pids. Out: a [`LateAttach`] the collect
+//! loop calls on each of the loader's notices; at the end, the late-attached phases merged
+//! into the run's phases.
 
 use anyhow::Result;
 
-use crate::args::TraceArgs;
 use crate::attach::Tracer;
 use crate::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
@@ -144,17 +147,16 @@ impl LateAttach {
 
 /// Optional phases whose library was nowhere to be found: watches the traced processes'
 /// dynamic loader so they are attached when it maps the library. A watch that cannot be set
-/// up is a warning (those phases then stay unattached, as without it).
+/// up is a warning (those phases then stay unattached, as without it). `profile` is the one
+/// resolved (return modes already overridden).
 pub fn watch_dlopen(
     tracer: &mut Tracer,
     profile: &Profile,
     phases: &[ResolvedPhase],
     pids: &[u32],
     every_process: bool,
-    t: &TraceArgs,
 ) -> Option<LateAttach> {
-    let effective = super::override_returns(profile, t.return_mode.map(Into::into));
-    let late = LateAttach::new(&effective, phases, pids, every_process)?;
+    let late = LateAttach::new(profile, phases, pids, every_process)?;
     let names = late.pending_names().join(", ");
     match late.watch(tracer) {
         Ok(()) => {

@@ -3,6 +3,10 @@
 //! share of their CPU time), and with `--max-overhead` says when that share goes over the
 //! budget: the session then moves phases to sampling (`budget`), or detaches when none may
 //! move, so a probe on a hot function never stalls a production server for long.
+//!
+//! In: each phase's pair cost, the budget and the traced pids; BPF's hit counters and the
+//! processes' CPU time at each tick. Out: the share over the budget, when it is, and notes on
+//! stderr.
 
 use std::time::{Duration, Instant};
 

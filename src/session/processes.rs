@@ -4,6 +4,9 @@
 //!
 //! Labels are read from /proc while the processes run (a backend may be gone by the end of
 //! the run) and refreshed, because a forked child only sets its title after the fork.
+//!
+//! In: the traced pids, the forks BPF saw, /proc. Out: [`ProcessLabels`] (a label and a
+//! parent per pid), and the untraced processes that map a probed object.
 
 use std::collections::BTreeMap;
 use std::path::Path;

@@ -1,5 +1,8 @@
 //! `--interval`: a JSON line of cumulative per-node figures every interval, so a run of hours
 //! can be watched (`tail -f`) and cut without waiting for its end.
+//!
+//! In: the aggregator at each tick of the collect loop. Out: JSON lines appended to the
+//! `--snapshots` file.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};

@@ -1,4 +1,8 @@
 //! The collect loop: read events until an end condition, with a progress line on a terminal.
+//!
+//! In: the collector, the aggregator, a [`Watch`] (signals, `--duration`, the traced
+//! processes) and the [`Hooks`]. Out: the [`EndReason`]; the records read are in the
+//! aggregator and the [`Sides`].
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,0 +1,112 @@
+//! What the collect loop calls back into while a run goes on: late attach when a traced
+//! process loads a library, and after every drain the tracer's chores, the overhead watch,
+//! the `--max-overhead` budget and the `--aggregate auto` switch.
+//!
+//! In: the tracer, the pending late phases, the overhead watch and the budget keeper. Out:
+//! Some(reason) from [`trace_loop::Hooks::tick`] when the budget ends the run; whether the run
+//! switched to in-kernel aggregation ([`RunHooks::switched`]).
+
+use super::late::LateAttach;
+use super::overhead::OverheadWatch;
+use super::trace_loop::{self, EndReason};
+use super::{budget, duty};
+use crate::aggregate::Aggregator;
+use crate::args::AggregateMode;
+use crate::attach::Tracer;
+
+/// Calls a second above which `--aggregate auto` aggregates in the kernel: per event, wprof
+/// loses spans from ~650,000 a second on these machines and spends most of a CPU before that.
+const AUTO_KERNEL_CALLS_PER_S: f64 = 200_000.0;
+
+/// What `--aggregate auto` may do in this run.
+pub(super) enum AutoSwitch {
+    /// Not asked for.
+    Off,
+    /// It may switch to in-kernel aggregation.
+    Allowed,
+    /// It may not: these options need every call.
+    Blocked(String),
+}
+
+impl AutoSwitch {
+    /// `--aggregate auto` for a run with `mode`, given the options it has that need every
+    /// call.
+    pub fn new(mode: AggregateMode, per_call_options: &[&str]) -> AutoSwitch {
+        if mode != AggregateMode::Auto {
+            AutoSwitch::Off
+        } else if per_call_options.is_empty() {
+            AutoSwitch::Allowed
+        } else {
+            AutoSwitch::Blocked(per_call_options.join(", "))
+        }
+    }
+}
+
+/// What the collect loop calls back into.
+pub(super) struct RunHooks<'a> {
+    /// The run's tracer.
+    pub tracer: &'a mut Tracer,
+    /// Phases waiting for their library.
+    pub late: Option<&'a mut LateAttach>,
+    /// What the probes cost the traced processes.
+    pub overhead: OverheadWatch,
+    /// What `--aggregate auto` may still do.
+    pub auto: AutoSwitch,
+    /// Whether `--aggregate auto` switched to the kernel.
+    pub switched: bool,
+    /// What keeps the run within `--max-overhead`.
+    pub keeper: budget::Keeper<'a>,
+}
+
+impl RunHooks<'_> {
+    /// `--aggregate auto`: switches once the last second's call rate passes the threshold.
+    fn maybe_switch(&mut self) {
+        let rate = self.overhead.calls_per_s;
+        if self.switched || rate < AUTO_KERNEL_CALLS_PER_S {
+            return;
+        }
+        match std::mem::replace(&mut self.auto, AutoSwitch::Off) {
+            AutoSwitch::Allowed => match self.tracer.aggregate_in_kernel() {
+                Ok(()) => {
+                    self.switched = true;
+                    eprintln!(
+                        "wprof: {rate:.0} calls/s: aggregating in the kernel from now on \
+                         (--aggregate auto; the calls so far are kept)"
+                    );
+                }
+                Err(e) => eprintln!("wprof: warning: could not aggregate in the kernel: {e:#}"),
+            },
+            AutoSwitch::Blocked(why) => eprintln!(
+                "wprof: {rate:.0} calls/s: staying per event (--aggregate auto) because {why} \
+                 needs every call"
+            ),
+            AutoSwitch::Off => {}
+        }
+    }
+}
+
+impl trace_loop::Hooks for RunHooks<'_> {
+    fn maps_changed(&mut self, pid: u32, at_ns: u64) {
+        if let Some(l) = self.late.as_deref_mut() {
+            l.maps_changed(pid, at_ns, self.tracer)
+        }
+    }
+
+    fn tick(&mut self, agg: &mut Aggregator, traced: Vec<u32>) -> Option<EndReason> {
+        self.tracer.jitter_sampling();
+        self.tracer.sweep_exited_threads();
+        self.keeper.poll(self.tracer, agg);
+        let over = self.overhead.tick(self.tracer, traced.iter().copied());
+        self.maybe_switch();
+        let pct = over?;
+        let moved = self.keeper.moved.len();
+        let end = self.keeper.over(self.tracer, &self.overhead, pct, &*agg);
+        if self.keeper.moved.len() != moved {
+            self.overhead.rebase(self.tracer, &traced);
+        }
+        if self.keeper.duty_cycling() {
+            self.overhead.measure_every(duty::CYCLE);
+        }
+        end
+    }
+}
