@@ -7,7 +7,7 @@
 //! once per path through `pop_frame`.
 
 use aya_ebpf::{
-    bindings::{BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::BPF_F_NO_PREALLOC,
     macros::map,
     maps::{HashMap, PerCpuHashMap},
 };
@@ -15,7 +15,7 @@ use wprof_common::{
     counter, hist_bucket, Frame, HistKey, NodeSummary, MAX_HIST_BUCKETS, MAX_SUMMARY_NODES,
 };
 
-use crate::maps::{bump, count_lost};
+use crate::maps::{bump, count_lost, get_or_insert};
 
 /// Per-node summaries, keyed by node hash (per CPU: no atomics; userspace adds the CPUs).
 /// Sized like the node-definition map (`MAX_SUMMARY_NODES`, 65,536); not preallocated, so an
@@ -63,17 +63,13 @@ pub(crate) fn aggregate_call(top: &Frame, dur: u64, arg: u64, own_ns: u64) {
     hist_add(node, corrected, 1);
 }
 
+/// This CPU's summary of `node`, created at zero on its first completed call.
 #[inline(always)]
 fn node_summary(node: u64) -> Option<*mut NodeSummary> {
-    if let Some(p) = NODE_SUMMARIES.get_ptr_mut(&node) {
-        return Some(p);
-    }
-    let zero = NodeSummary::default();
-    // Fails when the map is full, or when another CPU created the entry meanwhile.
-    let _ = NODE_SUMMARIES.insert(&node, &zero, BPF_NOEXIST as u64);
-    NODE_SUMMARIES.get_ptr_mut(&node)
+    get_or_insert(&NODE_SUMMARIES, &node, &NodeSummary::default())
 }
 
+/// Counts one call of `value` ns in `node`'s raw (`corrected` 0) or corrected histogram.
 #[inline(always)]
 fn hist_add(node: u64, value: u64, corrected: u32) {
     let key = HistKey {
@@ -81,15 +77,9 @@ fn hist_add(node: u64, value: u64, corrected: u32) {
         bucket: hist_bucket(value),
         corrected,
     };
-    if let Some(c) = HIST_BUCKETS.get_ptr_mut(&key) {
-        add_one(c);
-        return;
-    }
-    if HIST_BUCKETS.insert(&key, &1, BPF_NOEXIST as u64).is_ok() {
-        return;
-    }
-    // Another CPU may have created the entry since the lookup; otherwise the map is full.
-    match HIST_BUCKETS.get_ptr_mut(&key) {
+    // A new bucket is created at 0 and counted like the others: atomically, since another
+    // CPU may count in it from the moment it exists.
+    match get_or_insert(&HIST_BUCKETS, &key, &0) {
         Some(c) => add_one(c),
         None => bump(counter::HIST_FULL),
     }

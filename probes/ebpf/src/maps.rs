@@ -4,11 +4,13 @@
 //! calibrated probe cost of each phase), written by userspace. Out: `COUNTERS` (global,
 //! indexed by `wprof_common::counter`), `PHASE_COUNTERS` (per phase id) and `NODE_COUNTERS`
 //! (lost and abandoned calls per tree node), read by userspace at the end of a run.
+//!
+//! Also the one home of the lookup-or-insert pattern on hash maps ([`get_or_insert_with`]).
 
 use aya_ebpf::{
     bindings::BPF_NOEXIST,
     macros::map,
-    maps::{Array, PerCpuArray, PerCpuHashMap},
+    maps::{Array, HashMap, PerCpuArray, PerCpuHashMap},
 };
 use wprof_common::{
     config, counter, NodeCounters, PhaseCost, PhaseCounters, MAX_NODES, MAX_PHASES,
@@ -57,12 +59,57 @@ pub(crate) fn phase_counters(phase: u32) -> Option<&'static mut PhaseCounters> {
 /// This CPU's lost and abandoned counts of `node`, created at zero on first use.
 #[inline(always)]
 fn node_counters(node: u64) -> Option<*mut NodeCounters> {
-    if let Some(p) = NODE_COUNTERS.get_ptr_mut(&node) {
+    get_or_insert(&NODE_COUNTERS, &node, &NodeCounters::default())
+}
+
+/// A BPF hash map, shared or per CPU, as [`get_or_insert_with`] uses it.
+pub(crate) trait KeyedMap<K, V> {
+    /// The value at `key` (this CPU's, in a per-CPU map), if there is one.
+    fn lookup(&self, key: &K) -> Option<*mut V>;
+    /// Creates `key` with `value` unless it exists (`BPF_NOEXIST`); does nothing when it
+    /// does or when the map is full (a lookup after it tells which).
+    fn create(&self, key: &K, value: &V);
+}
+
+// The same two calls on both kinds of hash map (aya gives them no common trait).
+macro_rules! keyed_map {
+    ($($map:ident),*) => {$(
+        impl<K, V> KeyedMap<K, V> for $map<K, V> {
+            #[inline(always)]
+            fn lookup(&self, key: &K) -> Option<*mut V> {
+                self.get_ptr_mut(key)
+            }
+
+            #[inline(always)]
+            fn create(&self, key: &K, value: &V) {
+                let _ = self.insert(key, value, BPF_NOEXIST as u64);
+            }
+        }
+    )*};
+}
+keyed_map!(HashMap, PerCpuHashMap);
+
+/// The value at `key` in `map`, created first from `init()` when there is none; None when
+/// `init` gives nothing or the map is full. `init` runs only on a miss (it may prepare a
+/// scratch value too big for the BPF stack). A create that fails because another CPU
+/// created the key meanwhile still finds that entry: the second lookup decides.
+#[inline(always)]
+pub(crate) fn get_or_insert_with<'v, K, V: 'v, M: KeyedMap<K, V>>(
+    map: &M,
+    key: &K,
+    init: impl FnOnce() -> Option<&'v V>,
+) -> Option<*mut V> {
+    if let Some(p) = map.lookup(key) {
         return Some(p);
     }
-    let zero = NodeCounters::default();
-    let _ = NODE_COUNTERS.insert(&node, &zero, BPF_NOEXIST as u64);
-    NODE_COUNTERS.get_ptr_mut(&node)
+    map.create(key, init()?);
+    map.lookup(key)
+}
+
+/// [`get_or_insert_with`] with a ready initial value.
+#[inline(always)]
+pub(crate) fn get_or_insert<K, V, M: KeyedMap<K, V>>(map: &M, key: &K, init: &V) -> Option<*mut V> {
+    get_or_insert_with(map, key, || Some(init))
 }
 
 /// Counts a call of `node` closed without its return (globally and on the node).

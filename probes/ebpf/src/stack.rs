@@ -7,7 +7,7 @@
 //! unmatched and abandoned counts (`maps`).
 
 use aya_ebpf::{
-    bindings::{BPF_ANY, BPF_F_NO_PREALLOC, BPF_NOEXIST},
+    bindings::{BPF_ANY, BPF_F_NO_PREALLOC},
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user},
     macros::map,
     maps::{HashMap, PerCpuArray},
@@ -20,7 +20,7 @@ use wprof_common::{
 use crate::events::{define_node, emit, node_hash};
 use crate::go::{emit_stw, stw_total, GO_PROCS};
 use crate::kernel_agg::aggregate_call;
-use crate::maps::{bump, count_abandoned, count_lost, CONFIG, PHASE_COSTS};
+use crate::maps::{bump, count_abandoned, count_lost, get_or_insert_with, CONFIG, PHASE_COSTS};
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
 /// `goroutine_key`). Allocated on the first entry and freed when the outermost phase returns.
@@ -160,26 +160,24 @@ pub(crate) fn release_stack(key: u64) {
 /// `key`'s stack of open phases, made (empty) when it has none; None when `STACKS` is full.
 #[inline(always)]
 pub(crate) fn stack_for(key: u64) -> Option<&'static mut ThreadStack> {
-    if let Some(st) = STACKS.get_ptr_mut(&key) {
-        // SAFETY: a thread's stack is only touched by programs running on that thread.
-        return Some(unsafe { &mut *st });
-    }
-    let scratch = SCRATCH.get_ptr_mut(0)?;
-    // SAFETY: per-CPU scratch value, exclusively ours while we run.
-    let scratch = unsafe { &mut *scratch };
-    scratch.len = 0;
-    scratch.tramp = 0;
-    scratch.tgid = if key & GOROUTINE_KEY_BIT != 0 {
-        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-        let one = 1u8;
-        let _ = GO_PROCS.insert(&tgid, &one, BPF_ANY as u64);
-        tgid
-    } else {
-        0
-    };
-    STACKS.insert(&key, scratch, BPF_NOEXIST as u64).ok()?;
-    // SAFETY: as above.
-    STACKS.get_ptr_mut(&key).map(|st| unsafe { &mut *st })
+    let st = get_or_insert_with(&STACKS, &key, || {
+        let scratch = SCRATCH.get_ptr_mut(0)?;
+        // SAFETY: per-CPU scratch value, exclusively ours while we run.
+        let scratch = unsafe { &mut *scratch };
+        scratch.len = 0;
+        scratch.tramp = 0;
+        scratch.tgid = if key & GOROUTINE_KEY_BIT != 0 {
+            let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+            let one = 1u8;
+            let _ = GO_PROCS.insert(&tgid, &one, BPF_ANY as u64);
+            tgid
+        } else {
+            0
+        };
+        Some(&*scratch)
+    })?;
+    // SAFETY: a thread's stack is only touched by programs running on that thread.
+    Some(unsafe { &mut *st })
 }
 
 /// Opens a frame for `phase` on the thread's stack. Kernel phases use `sp = 0`: no user
