@@ -23,7 +23,7 @@ use crate::kernel_agg::aggregate_call;
 use crate::maps::{bump, count_abandoned, count_lost, get_or_insert_with, CONFIG, PHASE_COSTS};
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
-/// `goroutine_key`). Allocated on the first entry and freed when the outermost phase returns.
+/// `goroutine_key`). Allocated on the first entry; freed as `release_stack` says.
 #[map]
 pub(crate) static STACKS: HashMap<u64, ThreadStack> =
     HashMap::with_max_entries(MAX_THREADS, BPF_F_NO_PREALLOC);
