@@ -66,7 +66,18 @@ pub(crate) fn aggregate_call(top: &Frame, dur: u64, arg: u64, own_ns: u64) {
 /// This CPU's summary of `node`, created at zero on its first completed call.
 #[inline(always)]
 fn node_summary(node: u64) -> Option<*mut NodeSummary> {
-    get_or_insert(&NODE_SUMMARIES, &node, &NodeSummary::default())
+    /// The initial value, in the object's read-only data (see [`get_or_insert`]).
+    static ZERO: NodeSummary = NodeSummary {
+        count: 0,
+        total_ns: 0,
+        self_ns: 0,
+        off_ns: 0,
+        arg_sum: 0,
+        corrected_total_ns: 0,
+        probe_ns: 0,
+        probe_hits: 0,
+    };
+    get_or_insert(&NODE_SUMMARIES, &node, &ZERO)
 }
 
 /// Counts one call of `value` ns in `node`'s raw (`corrected` 0) or corrected histogram.

