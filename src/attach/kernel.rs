@@ -5,30 +5,18 @@
 //! the `TRACED` set first thing, so untraced processes pay one hash lookup per hit.
 
 use anyhow::{Context, Result};
-use aya::maps::{Array, HashMap};
 use aya::programs::{PerfEvent, TracePoint, UProbe};
+use wprof_common::names::program;
 use wprof_common::{config, TracepointRole, SYS_EXIT_BIT};
 
 use super::{verified, Tracer};
 use crate::resolve::kernel::{tracefs, Tracepoint};
 use crate::resolve::{ResolvedPhase, Status};
 
-const TRACEPOINT_PROG: &str = "wprof_tp";
-const SYS_ENTER_PROG: &str = "wprof_sys_enter";
-const SYS_EXIT_PROG: &str = "wprof_sys_exit";
-const SCHED_SWITCH_PROG: &str = "wprof_sched_switch";
-const CPU_SAMPLE_PROG: &str = "wprof_cpu_sample";
-const FORK_PROG: &str = "wprof_fork";
-const EXIT_PROG: &str = "wprof_exit";
-
 impl Tracer {
     /// Adds processes to the set the kernel-side programs report on.
     pub fn trace_pids(&mut self, pids: &[u32]) -> Result<()> {
-        let mut traced: HashMap<_, u32, u8> = HashMap::try_from(
-            self.ebpf
-                .map_mut("TRACED")
-                .context("BPF object has no TRACED map")?,
-        )?;
+        let mut traced = self.traced_mut()?;
         for &pid in pids {
             traced
                 .insert(&pid, &1u8, 0)
@@ -57,9 +45,9 @@ impl Tracer {
         for (_, k) in &kernel {
             for tp in [&k.enter, &k.exit] {
                 let name = match (tp.syscall_nr, tp.syscall_exit) {
-                    (None, _) => TRACEPOINT_PROG,
-                    (Some(_), false) => SYS_ENTER_PROG,
-                    (Some(_), true) => SYS_EXIT_PROG,
+                    (None, _) => program::TRACEPOINT,
+                    (Some(_), false) => program::SYS_ENTER,
+                    (Some(_), true) => program::SYS_EXIT,
                 };
                 let (prog, first) = self.extra_program::<TracePoint>(name)?;
                 if first {
@@ -77,22 +65,14 @@ impl Tracer {
     fn register_tracepoint(&mut self, tp: &Tracepoint, phase: u32, exit: u32) -> Result<()> {
         match tp.syscall_nr {
             Some(nr) => {
-                let mut slots: Array<_, u32> = Array::try_from(
-                    self.ebpf
-                        .map_mut("SYS_PHASES")
-                        .context("BPF object has no SYS_PHASES map")?,
-                )?;
+                let mut slots = self.sys_phases_mut()?;
                 let index = nr | if tp.syscall_exit { SYS_EXIT_BIT } else { 0 };
                 slots
                     .set(index, &(phase + 1), 0)
                     .with_context(|| format!("register tracepoint {tp}"))?;
             }
             None => {
-                let mut roles: HashMap<_, u32, TracepointRole> = HashMap::try_from(
-                    self.ebpf
-                        .map_mut("TP_PHASES")
-                        .context("BPF object has no TP_PHASES map")?,
-                )?;
+                let mut roles = self.tp_phases_mut()?;
                 roles
                     .insert(&tp.id, &TracepointRole { phase, exit }, 0)
                     .with_context(|| format!("register tracepoint {tp}"))?;
@@ -103,11 +83,7 @@ impl Tracer {
 
     /// Sets one entry of the BPF side's `CONFIG` array.
     pub(super) fn set_config(&mut self, index: u32, value: u64) -> Result<()> {
-        let mut cfg: Array<_, u64> = Array::try_from(
-            self.ebpf
-                .map_mut("CONFIG")
-                .context("BPF object has no CONFIG map")?,
-        )?;
+        let mut cfg = self.config_mut()?;
         cfg.set(index, &value, 0)
             .with_context(|| format!("set BPF config {index}"))
     }
@@ -128,9 +104,9 @@ impl Tracer {
         let child = field_offset("sched/sched_process_fork", "child_pid").unwrap_or(20);
         self.set_config(config::FORK_CHILD_PID, child)?;
         self.set_config(config::FILTER_TRACED, 1)?;
-        let (prog, first) = self.extra_program::<TracePoint>(FORK_PROG)?;
+        let (prog, first) = self.extra_program::<TracePoint>(program::FORK)?;
         if first {
-            verified(FORK_PROG, prog.load())?;
+            verified(program::FORK, prog.load())?;
         }
         prog.attach("sched", "sched_process_fork")
             .context("attach tracepoint sched:sched_process_fork (is tracefs mounted?)")?;
@@ -140,9 +116,9 @@ impl Tracer {
     /// Watches threads exit (sched:sched_process_exit, once), for `--follow-forks` to forget
     /// them (and free their phase stacks at once).
     fn watch_exits(&mut self) -> Result<()> {
-        let (prog, first) = self.extra_program::<TracePoint>(EXIT_PROG)?;
+        let (prog, first) = self.extra_program::<TracePoint>(program::EXIT)?;
         if first {
-            verified(EXIT_PROG, prog.load())?;
+            verified(program::EXIT, prog.load())?;
             prog.attach("sched", "sched_process_exit")
                 .context("attach tracepoint sched:sched_process_exit (is tracefs mounted?)")?;
         }
@@ -156,9 +132,9 @@ impl Tracer {
         self.set_config(config::SCHED_PREV_PID, prev)?;
         self.set_config(config::SCHED_NEXT_PID, next)?;
         self.keep_return_addresses()?;
-        let (prog, first) = self.extra_program::<TracePoint>(SCHED_SWITCH_PROG)?;
+        let (prog, first) = self.extra_program::<TracePoint>(program::SCHED_SWITCH)?;
         if first {
-            verified(SCHED_SWITCH_PROG, prog.load())?;
+            verified(program::SCHED_SWITCH, prog.load())?;
         }
         prog.attach("sched", "sched_switch")
             .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")?;
@@ -181,9 +157,9 @@ impl Tracer {
         self.keep_return_addresses()?;
         let cpus =
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
-        let (prog, first) = self.extra_program::<PerfEvent>(CPU_SAMPLE_PROG)?;
+        let (prog, first) = self.extra_program::<PerfEvent>(program::CPU_SAMPLE)?;
         if first {
-            verified(CPU_SAMPLE_PROG, prog.load())?;
+            verified(program::CPU_SAMPLE, prog.load())?;
         }
         use std::os::fd::{AsFd, AsRawFd};
         let prog_fd = prog.fd()?.as_fd().as_raw_fd();

@@ -7,6 +7,8 @@
 
 mod capabilities;
 mod kernel;
+mod links;
+mod maps;
 mod sampler;
 mod unwind_guard;
 mod usdt;
@@ -22,6 +24,7 @@ use aya::{
     },
     Ebpf, EbpfLoader,
 };
+use wprof_common::names::{map, program};
 use wprof_common::{
     cookie, cookie_with, go_cookie, SiteKind, ARG_NONE, ARG_RETVAL, COOKIE_STW_START_BIT,
     COOKIE_STW_STOP_BIT,
@@ -36,8 +39,9 @@ const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 pub use capabilities::{check_capabilities, missing_capabilities};
 
 use crate::error::WprofError;
-use crate::profile::{Capture, StringArg};
+use crate::profile::Capture;
 use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol};
+use links::LinkPlan;
 
 /// The eBPF object built from probes/ebpf by build.rs.
 static BPF_OBJECT: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/wprof-ebpf"));
@@ -58,17 +62,17 @@ impl ProgramSet {
 
 /// One perf link per probe point: works on every kernel with uprobes.
 const PER_POINT: ProgramSet = ProgramSet {
-    entry: "wprof_entry",
-    ret_site: "wprof_ret",
-    uretprobe: "wprof_uret",
+    entry: program::ENTRY,
+    ret_site: program::RET_SITE,
+    uretprobe: program::URETPROBE,
 };
 
 /// One uprobe_multi link per (program, object, pid): 6.6+; detaching costs one RCU grace period
 /// instead of ~100 ms per point.
 const MULTI: ProgramSet = ProgramSet {
-    entry: "wprof_m_entry",
-    ret_site: "wprof_m_ret",
-    uretprobe: "wprof_m_uret",
+    entry: program::MULTI_ENTRY,
+    ret_site: program::MULTI_RET_SITE,
+    uretprobe: program::MULTI_URETPROBE,
 };
 
 /// Options for loading the BPF side.
@@ -122,16 +126,6 @@ pub struct Tracer {
     last_sweep: std::time::Instant,
 }
 
-/// One attach call of a phase with links of its own, kept to make it again.
-#[derive(Debug, Clone)]
-struct LinkPlan {
-    prog: &'static str,
-    target: ResolvedSymbol,
-    points: Vec<UProbeAttachPoint<'static>>,
-    scope: UProbeScope,
-    pid: u32,
-}
-
 /// One calibration function to probe (`probe_cost::calibrate`).
 #[derive(Debug, Clone, Copy)]
 pub struct CalibrationPoint {
@@ -167,12 +161,12 @@ impl Tracer {
     pub fn load(opts: TracerOptions) -> Result<Tracer> {
         check_capabilities()?;
         let ebpf = EbpfLoader::new()
-            .map_max_entries("EVENTS", ring_size(opts.ring_bytes))
+            .map_max_entries(map::EVENTS, ring_size(opts.ring_bytes))
             // Each entry is a 127-frame stack (~1 KiB), preallocated: only size it when used.
-            .map_max_entries("STACK_TRACES", if opts.stacks { 16_384 } else { 1 })
+            .map_max_entries(map::STACK_TRACES, if opts.stacks { 16_384 } else { 1 })
             // ~18 MiB, preallocated: only for in-kernel aggregation.
             .map_max_entries(
-                "HIST_BUCKETS",
+                map::HIST_BUCKETS,
                 if opts.kernel_maps {
                     wprof_common::MAX_HIST_BUCKETS
                 } else {
@@ -423,178 +417,6 @@ impl Tracer {
         Ok(())
     }
 
-    /// Gives the probes of these phases links of their own (before [`Tracer::attach`]), so
-    /// [`Tracer::detach_phase`] can take them off while the others stay.
-    pub fn keep_phase_links(&mut self, ids: impl IntoIterator<Item = u32>) {
-        self.movable.extend(ids);
-    }
-
-    /// Takes these phases' probes off while the run goes on (a phase moved to sampling, or
-    /// the probes paused by a duty cycle). Entries first: after `settle` the calls in flight
-    /// have returned through the return probes, which come off last, so no open frame is left
-    /// behind. Returns how many of them had links of their own live.
-    pub fn detach_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<usize> {
-        let mut entries = Vec::new();
-        let mut returns = Vec::new();
-        let mut detached = 0;
-        for id in ids {
-            let Some(links) = self.phase_links.remove(id) else {
-                continue;
-            };
-            detached += 1;
-            for (prog, link) in links {
-                if prog == self.progs.entry {
-                    entries.push((*id, prog, link));
-                } else {
-                    returns.push((*id, prog, link));
-                }
-            }
-        }
-        for (i, group) in [entries, returns].into_iter().enumerate() {
-            if i == 1 && !group.is_empty() {
-                std::thread::sleep(settle);
-            }
-            self.release(group)?;
-        }
-        Ok(detached)
-    }
-
-    /// Releases links, all at once: each release waits for the kernel's uprobe grace period
-    /// (~0.1-0.3 s on these VMs); one by one, a paused profile's returns kept firing for
-    /// seconds after its entries. Released together, they wait about one period.
-    fn release(&mut self, links: Vec<(u32, &'static str, UProbeLinkId)>) -> Result<()> {
-        let mut owned = Vec::with_capacity(links.len());
-        for (id, prog, link) in links {
-            owned.push(
-                self.program(prog)?
-                    .take_link(link)
-                    .with_context(|| format!("detach the probes of phase {id}"))?,
-            );
-        }
-        std::thread::scope(|s| {
-            for link in owned {
-                s.spawn(move || drop(link));
-            }
-        });
-        Ok(())
-    }
-
-    /// Pauses these phases' probes (a duty cycle): BPF stops first, then every link comes off
-    /// at once and the open calls are forgotten, so nothing is counted while the links go (a
-    /// release waits for the kernel's grace period: ~0.1-0.3 s here, during which an entry
-    /// taken off first would leave the returns firing on every call). With the unwind guard
-    /// live its frames must stay known: the entries then go first, as for a move.
-    pub fn pause_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<()> {
-        if self.guarded {
-            return self.detach_phases(ids, settle).map(|_| ());
-        }
-        self.set_config(wprof_common::config::STOPPED, 1)?;
-        let links = ids
-            .iter()
-            .flat_map(|id| {
-                let links = self.phase_links.remove(id).unwrap_or_default();
-                links.into_iter().map(move |(prog, link)| (*id, prog, link))
-            })
-            .collect();
-        self.release(links)?;
-        // Calls open now can no longer return through a probe.
-        let mut stacks: aya::maps::HashMap<_, u64, wprof_common::ThreadStack> =
-            aya::maps::HashMap::try_from(
-                self.ebpf
-                    .map_mut("STACKS")
-                    .context("BPF object has no STACKS map")?,
-            )?;
-        let keys: Vec<u64> = stacks.keys().filter_map(|k| k.ok()).collect();
-        for k in keys {
-            let _ = stacks.remove(&k);
-        }
-        Ok(())
-    }
-
-    /// Ends a pause of [`Tracer::pause_phases`].
-    pub fn resume_phases(&mut self, ids: &[u32]) -> Result<()> {
-        self.reattach_phases(ids)?;
-        if !self.guarded {
-            self.set_config(wprof_common::config::STOPPED, 0)?;
-        }
-        Ok(())
-    }
-
-    /// Puts back the probes [`Tracer::detach_phases`] took off: returns before entries, as
-    /// [`Tracer::attach`] does.
-    pub fn reattach_phases(&mut self, ids: &[u32]) -> Result<()> {
-        let entry = self.progs.entry;
-        let mut plans: Vec<(u32, LinkPlan)> = ids
-            .iter()
-            .filter(|id| !self.phase_links.contains_key(id))
-            .flat_map(|id| {
-                let plans = self.phase_plans.get(id).cloned().unwrap_or_default();
-                plans.into_iter().map(move |p| (*id, p))
-            })
-            .collect();
-        plans.sort_by_key(|(_, p)| p.prog == entry);
-        for (id, p) in plans {
-            let what = format!("the probes of phase {id} again");
-            let link = self.attach_points(p.prog, p.points, &p.target, p.scope, p.pid, &what)?;
-            self.phase_links.entry(id).or_default().push((p.prog, link));
-        }
-        Ok(())
-    }
-
-    /// Zeroes the global counters (after calibration, whose own losses are not the run's).
-    pub fn reset_counters(&mut self) -> Result<()> {
-        let mut map: aya::maps::PerCpuArray<_, u64> = aya::maps::PerCpuArray::try_from(
-            self.ebpf
-                .map_mut("COUNTERS")
-                .context("BPF object has no COUNTERS map")?,
-        )?;
-        let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)?;
-        for i in 0..wprof_common::counter::COUNT {
-            let zeros = aya::maps::PerCpuValues::try_from(vec![0u64; cpus.get() as usize])?;
-            map.set(i, zeros, 0)
-                .with_context(|| format!("reset BPF counter {i}"))?;
-        }
-        Ok(())
-    }
-
-    /// Tells BPF which string argument each `group_by` phase keys its calls by.
-    fn set_phase_keys(&mut self, phases: &[ResolvedPhase]) -> Result<()> {
-        let mut map: aya::maps::Array<_, wprof_common::PhaseKey> = aya::maps::Array::try_from(
-            self.ebpf
-                .map_mut("PHASE_KEYS")
-                .context("BPF object has no PHASE_KEYS map")?,
-        )?;
-        for rp in phases {
-            if let Some(g) = rp.phase.group_by {
-                let key = wprof_common::PhaseKey {
-                    arg: g.arg.into(),
-                    kind: match g.kind {
-                        StringArg::Cstr => wprof_common::key::KEY_CSTR,
-                        StringArg::Str => wprof_common::key::KEY_PTR_LEN,
-                    },
-                };
-                map.set(rp.id, &key, 0)
-                    .with_context(|| format!("set the group_by of phase {}", rp.phase.name))?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Tells BPF what one call of each phase costs in probe time (`costs[phase id]`), so every
-    /// call carries its descendants' probe time.
-    pub fn set_phase_costs(&mut self, costs: &[wprof_common::PhaseCost]) -> Result<()> {
-        let mut map: aya::maps::Array<_, wprof_common::PhaseCost> = aya::maps::Array::try_from(
-            self.ebpf
-                .map_mut("PHASE_COSTS")
-                .context("BPF object has no PHASE_COSTS map")?,
-        )?;
-        for (i, c) in costs.iter().enumerate() {
-            map.set(i as u32, c, 0)
-                .with_context(|| format!("set the probe cost of phase {i}"))?;
-        }
-        Ok(())
-    }
-
     /// Watches the dynamic loader of the traced processes (`ld`: its `_dl_debug_state`) so
     /// a dlopen is reported at once (`EventKind::MapsChanged`).
     pub fn watch_dlopen(
@@ -603,10 +425,9 @@ impl Tracer {
         pids: &[u32],
         every_process: bool,
     ) -> Result<()> {
-        const PROG: &str = "wprof_dl_state";
-        let (prog, first) = self.extra_program::<UProbe>(PROG)?;
+        let (prog, first) = self.extra_program::<UProbe>(program::DL_STATE)?;
         if first {
-            verified(PROG, prog.load())?;
+            verified(program::DL_STATE, prog.load())?;
         }
         for (scope, _) in scopes(pids, every_process)? {
             prog.attach(
@@ -624,42 +445,6 @@ impl Tracer {
     /// live, or the frames already open lack it.
     pub fn keep_return_addresses(&mut self) -> Result<()> {
         self.set_config(wprof_common::config::NEED_RET_ADDR, 1)
-    }
-
-    /// Frees the phase stacks of threads that have exited, at most once a second. A thread
-    /// keeps its stack, empty, between root calls (making one copies ~13 KB in BPF, which a
-    /// root call paid every time when stacks were freed at depth 0: ~90 ns a call on the
-    /// fixture); freeing them at the thread's exit from BPF would need a tracepoint on
-    /// sched_process_exit in every run, whose enabling patches the kernel's text and crashed
-    /// kernels under QEMU's emulation. A stack with calls still open stays, for the end of the
-    /// run to count them abandoned. (A tid reused within the second by the same process would
-    /// find its empty stack gone: it makes a new one.)
-    pub fn sweep_exited_threads(&mut self) {
-        const EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-        if self.last_sweep.elapsed() < EVERY {
-            return;
-        }
-        self.last_sweep = std::time::Instant::now();
-        let Some(map) = self.ebpf.map_mut("STACKS") else {
-            return;
-        };
-        let Ok(mut stacks) = aya::maps::HashMap::<_, u64, wprof_common::ThreadStack>::try_from(map)
-        else {
-            return;
-        };
-        let gone: Vec<u64> = stacks
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|k| k & wprof_common::GOROUTINE_KEY_BIT == 0)
-            .filter(|k| {
-                !std::path::Path::new(&format!("/proc/{}/task/{}", k >> 32, *k as u32)).exists()
-            })
-            .collect();
-        for k in gone {
-            if stacks.get(&k, 0).is_ok_and(|st| st.len == 0) {
-                let _ = stacks.remove(&k);
-            }
-        }
     }
 
     /// Detaches every probe (idempotent). Maps stay readable for the final counts.
@@ -702,11 +487,6 @@ impl Tracer {
     /// Whether probes go through uprobe_multi links (one per program, object and pid).
     pub fn uses_multi_links(&self) -> bool {
         self.progs.entry == MULTI.entry
-    }
-
-    /// The BPF object, for collect to take its maps.
-    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
-        &mut self.ebpf
     }
 }
 

@@ -6,6 +6,7 @@
 
 use anyhow::{Context, Result};
 use aya::programs::UProbe;
+use wprof_common::names::program;
 
 use super::{point, scopes, verified, Tracer, TracerOptions};
 use crate::resolve::ResolvedSymbol;
@@ -25,13 +26,13 @@ struct GuardPrograms {
 }
 
 const PER_POINT: GuardPrograms = GuardPrograms {
-    unwind: "wprof_unwind",
-    catch: "wprof_catch",
+    unwind: program::UNWIND,
+    catch: program::CATCH,
 };
 
 const MULTI: GuardPrograms = GuardPrograms {
-    unwind: "wprof_m_unwind",
-    catch: "wprof_m_catch",
+    unwind: program::MULTI_UNWIND,
+    catch: program::MULTI_CATCH,
 };
 
 impl Tracer {
@@ -160,11 +161,7 @@ impl Tracer {
     /// (pid, phase id) of each open guarded call whose return slot holds the trampoline.
     fn armed_calls(&self) -> Vec<(u32, u32)> {
         use std::os::unix::fs::FileExt;
-        let Some(map) = self.ebpf.map("STACKS") else {
-            return Vec::new();
-        };
-        let Ok(stacks) = aya::maps::HashMap::<_, u64, wprof_common::ThreadStack>::try_from(map)
-        else {
+        let Ok(stacks) = self.stacks() else {
             return Vec::new();
         };
         let mut armed = Vec::new();

@@ -16,6 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use anyhow::{bail, Context, Result};
 use aya::programs::UProbe;
 use perf_event_open_sys as sys;
+use wprof_common::names::program;
 use wprof_common::usdt::{COOKIE_USDT_SITE_SHIFT, MAX_USDT_SITES};
 use wprof_common::{
     cookie, cookie_with, SiteKind, UsdtSite, ARG_NONE, COOKIE_KEY_BIT, COOKIE_USDT_BIT,
@@ -23,10 +24,6 @@ use wprof_common::{
 
 use super::{process_alive, verified, Tracer};
 
-/// The BPF program of USDT start sites.
-const START_PROG: &str = "wprof_usdt_start";
-/// The BPF program of USDT done sites.
-const DONE_PROG: &str = "wprof_usdt_done";
 use crate::error::WprofError;
 use crate::profile::Capture;
 use crate::resolve::{usdt, ResolvedPhase};
@@ -147,7 +144,10 @@ impl Tracer {
     /// The USDT start and done programs' descriptors (loaded on first use).
     fn per_point_programs(&mut self) -> Result<(RawFd, RawFd)> {
         let mut fds = [0; 2];
-        for (i, name) in [START_PROG, DONE_PROG].into_iter().enumerate() {
+        for (i, name) in [program::USDT_START, program::USDT_DONE]
+            .into_iter()
+            .enumerate()
+        {
             let (prog, first) = self.extra_program::<UProbe>(name)?;
             if first {
                 verified(name, prog.load())?;
@@ -158,11 +158,7 @@ impl Tracer {
     }
 
     fn set_usdt_sites(&mut self, sites: &[UsdtSite]) -> Result<()> {
-        let mut map: aya::maps::Array<_, UsdtSite> = aya::maps::Array::try_from(
-            self.ebpf
-                .map_mut("USDT_SITES")
-                .context("BPF object has no USDT_SITES map")?,
-        )?;
+        let mut map = self.usdt_sites_mut()?;
         for (i, s) in sites.iter().enumerate() {
             map.set(i as u32, s, 0)?;
         }

@@ -6,7 +6,6 @@
 //! [`crate::aggregate::Aggregator::add_kernel_summaries`]. Read once, after the detach.
 
 use anyhow::{Context, Result};
-use aya::maps::{HashMap, MapData, PerCpuHashMap};
 use wprof_common::{counter, HistKey, NodeSummary, MAX_HIST_BUCKETS, MAX_SUMMARY_NODES};
 
 use super::EndState;
@@ -25,20 +24,13 @@ pub struct KernelSummaries {
 
 /// Reads both maps. Call after [`Tracer::detach`], so no call is half added.
 pub fn read_kernel_summaries(tracer: &mut Tracer) -> Result<KernelSummaries> {
-    let ebpf = tracer.ebpf_mut();
     let mut out = KernelSummaries::default();
-    let nodes: PerCpuHashMap<&MapData, u64, NodeSummary> = PerCpuHashMap::try_from(
-        ebpf.map("NODE_SUMMARIES")
-            .context("BPF object has no NODE_SUMMARIES map")?,
-    )?;
+    let nodes = tracer.node_summaries()?;
     for item in nodes.iter() {
         let (node, per_cpu) = item.context("read NODE_SUMMARIES")?;
         out.nodes.push((node, sum_summaries(per_cpu.iter())));
     }
-    let buckets: HashMap<&MapData, HistKey, u64> = HashMap::try_from(
-        ebpf.map("HIST_BUCKETS")
-            .context("BPF object has no HIST_BUCKETS map")?,
-    )?;
+    let buckets = tracer.hist_buckets()?;
     for item in buckets.iter() {
         let (key, calls) = item.context("read HIST_BUCKETS")?;
         if calls > 0 {

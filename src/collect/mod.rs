@@ -11,10 +11,8 @@ pub mod keys;
 use std::os::fd::{AsRawFd, RawFd};
 
 use anyhow::{Context, Result};
-use aya::maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf, StackTraceMap};
-use wprof_common::{
-    counter, Event, EventKind, NodeCounters, NodeKey, PhaseCounters, StackEvent, ThreadStack,
-};
+use aya::maps::{MapData, RingBuf};
+use wprof_common::{counter, Event, EventKind, NodeKey, PhaseCounters, StackEvent};
 
 use crate::aggregate::EndCounters;
 use crate::attach::Tracer;
@@ -74,13 +72,8 @@ fn read<T: aya::Pod>(bytes: &[u8]) -> Option<T> {
 impl Collector {
     /// Takes the ring buffer out of the tracer.
     pub fn new(tracer: &mut Tracer) -> Result<Collector> {
-        let map = tracer
-            .ebpf_mut()
-            .take_map("EVENTS")
-            .context("BPF object has no EVENTS map")?;
-        let ring = RingBuf::try_from(map).context("EVENTS is not a ring buffer")?;
         Ok(Collector {
-            ring,
+            ring: tracer.take_events()?,
             keys: Vec::new(),
         })
     }
@@ -136,12 +129,7 @@ pub fn read_stacks(
     tracer: &mut Tracer,
     ids: impl IntoIterator<Item = u32>,
 ) -> Result<std::collections::HashMap<u32, Vec<u64>>> {
-    let map = StackTraceMap::try_from(
-        tracer
-            .ebpf_mut()
-            .map("STACK_TRACES")
-            .context("no STACK_TRACES map")?,
-    )?;
+    let map = tracer.stack_traces()?;
     let mut out = std::collections::HashMap::new();
     for id in ids {
         if let Ok(st) = map.get(&id, 0) {
@@ -151,38 +139,39 @@ pub fn read_stacks(
     Ok(out)
 }
 
+/// BPF's counters of each phase id below `n` so far, every CPU added up.
+pub fn read_phase_counters(tracer: &Tracer, n: usize) -> Result<Vec<PhaseCounters>> {
+    let phases = tracer.phase_counters()?;
+    Ok((0..n as u32)
+        .map(|i| {
+            let mut sum = PhaseCounters::default();
+            if let Ok(vals) = phases.get(&i, 0) {
+                for v in vals.iter() {
+                    sum.entries += v.entries;
+                    sum.returns += v.returns;
+                    sum.unmatched_returns += v.unmatched_returns;
+                    sum.overflow += v.overflow;
+                    sum.outside_under += v.outside_under;
+                }
+            }
+            sum
+        })
+        .collect())
+}
+
 /// Reads the end-of-run counters. Call after [`Tracer::detach`] so nothing changes underneath.
 pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
-    let ebpf = tracer.ebpf_mut();
     let mut end = EndState::default();
 
-    let global: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(ebpf.map("COUNTERS").context("no COUNTERS map")?)?;
+    let global = tracer.counters()?;
     for i in 0..counter::COUNT {
         end.global
             .push(global.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0));
     }
 
-    let phases: PerCpuArray<_, PhaseCounters> = PerCpuArray::try_from(
-        ebpf.map("PHASE_COUNTERS")
-            .context("no PHASE_COUNTERS map")?,
-    )?;
-    for i in 0..nphases as u32 {
-        let mut sum = PhaseCounters::default();
-        if let Ok(vals) = phases.get(&i, 0) {
-            for v in vals.iter() {
-                sum.entries += v.entries;
-                sum.returns += v.returns;
-                sum.unmatched_returns += v.unmatched_returns;
-                sum.overflow += v.overflow;
-                sum.outside_under += v.outside_under;
-            }
-        }
-        end.phases.push(sum);
-    }
+    end.phases = read_phase_counters(tracer, nphases)?;
 
-    let nodes: PerCpuHashMap<_, u64, NodeCounters> =
-        PerCpuHashMap::try_from(ebpf.map("NODE_COUNTERS").context("no NODE_COUNTERS map")?)?;
+    let nodes = tracer.node_counters()?;
     for item in nodes.iter() {
         let (node, vals) = item.context("read NODE_COUNTERS")?;
         let lost: u64 = vals.iter().map(|v| v.lost).sum();
@@ -195,8 +184,7 @@ pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
         }
     }
 
-    let stacks: HashMap<_, u64, ThreadStack> =
-        HashMap::try_from(ebpf.map("STACKS").context("no STACKS map")?)?;
+    let stacks = tracer.stacks()?;
     for item in stacks.iter() {
         let (key, st) = item.context("read STACKS")?;
         // A call on a thread that no longer exists can never return: it was left without a

@@ -10,7 +10,6 @@
 
 use std::time::{Duration, Instant};
 
-use aya::maps::PerCpuArray;
 use wprof_common::PhaseCounters;
 
 use crate::attach::Tracer;
@@ -216,20 +215,10 @@ pub(super) fn phase_hits(tracer: &mut Tracer, n: usize) -> Vec<u64> {
 
 /// One figure of BPF's per-phase counters, summed over the CPUs, per phase id below `n`.
 fn per_phase(tracer: &mut Tracer, n: usize, figure: impl Fn(&PhaseCounters) -> u64) -> Vec<u64> {
-    let Some(map) = tracer.ebpf_mut().map("PHASE_COUNTERS") else {
-        return vec![0; n];
-    };
-    let Ok(counters) = PerCpuArray::<_, PhaseCounters>::try_from(map) else {
-        return vec![0; n];
-    };
-    (0..n as u32)
-        .map(|i| {
-            counters
-                .get(&i, 0)
-                .map(|v| v.iter().map(&figure).sum())
-                .unwrap_or(0)
-        })
-        .collect()
+    match crate::collect::read_phase_counters(tracer, n) {
+        Ok(counters) => counters.iter().map(figure).collect(),
+        Err(_) => vec![0; n],
+    }
 }
 
 /// User + system CPU time of a process (all its threads), ns; None once it is gone.

@@ -7,6 +7,7 @@
 
 pub mod key;
 pub use key::{KeyScanner, NodeKey, PhaseKey, COOKIE_KEY_BIT, KEY_BYTES};
+pub mod names;
 pub mod usdt;
 pub use usdt::{UsdtArg, UsdtSite, COOKIE_USDT_BIT};
 

@@ -31,7 +31,9 @@ use aya_ebpf::{
 };
 use wprof_common::{counter, ThreadStack, FRAME_DISARMED, FRAME_URETPROBE, MAX_DEPTH};
 
-use crate::{abandon_below, bump, count_abandoned, in_scope, slot, STACKS};
+use crate::maps::{bump, count_abandoned};
+use crate::scope::in_scope;
+use crate::stack::{abandon_below, slot, STACKS};
 
 /// Skipped frames a catch looks for above its own stack pointer, innermost first.
 const SKIPPED_CHECKS: usize = 4;

@@ -22,10 +22,11 @@ use wprof_common::{
     ThreadStack, UsdtArg, UsdtSite,
 };
 
-use crate::{
-    count_abandoned, on_entry, phase_counters, pick, pop_frame, returning_stack, site_of, slot,
-    wanted, Owner,
-};
+use crate::maps::{count_abandoned, phase_counters};
+use crate::probe::on_entry;
+use crate::scope::wanted;
+use crate::site::{pick, site_of};
+use crate::stack::{pop_frame, returning_stack, slot, Owner};
 
 /// How far below the top of the stack a done probe looks for its phase's frame (frames above
 /// it are abandoned): bounded so the verifier accepts the program.

@@ -1,0 +1,212 @@
+//! CPU samples and off-CPU time of the traced threads.
+//!
+//! In: the per-CPU cpu-clock perf events and sched:sched_switch (system-wide: untraced
+//! processes are dropped first). Out: `StackEvent` records (user and kernel stack ids in
+//! `STACK_TRACES`, the innermost open phase, the return addresses pending uretprobes hid) and
+//! each off-CPU interval added to the innermost open frame of the thread that comes back.
+
+use aya_ebpf::{
+    bindings::{BPF_ANY, BPF_F_USER_STACK},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::map,
+    maps::{HashMap, StackTrace},
+    programs::{tracing::StackIdContext, PerfEventContext, TracePointContext},
+    EbpfContext,
+};
+use wprof_common::{
+    config, counter, goroutine_key, EventKind, StackEvent, FRAME_URETPROBE, MAX_DEPTH,
+    MAX_PENDING_RETURNS, MAX_THREADS,
+};
+
+use crate::events::{submit_flags, EVENTS};
+use crate::go::{current_goroutine, go_stack_top, GO_PROCS};
+use crate::maps::{bump, CONFIG};
+use crate::scope::traced;
+use crate::stack::{slot, STACKS};
+
+/// User and kernel stacks of CPU samples and off-CPU records. Userspace sizes it at load.
+#[map]
+static STACK_TRACES: StackTrace = StackTrace::with_max_entries(16_384, 0);
+
+/// Where and when a traced thread went off the CPU, keyed by tid until it comes back.
+#[map]
+static OFF_CPU_SINCE: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(MAX_THREADS, 0);
+
+/// A traced thread that went off the CPU.
+#[repr(C)]
+#[derive(Copy, Clone)]
+struct OffCpuStart {
+    start_ns: u64,
+    pid_tgid: u64,
+    user_stack: i32,
+    kernel_stack: i32,
+}
+
+/// CPU sample (software cpu-clock, one perf event per CPU): the traced thread's stacks and the
+/// phase open on it.
+#[inline(always)]
+pub(crate) fn cpu_sample(ctx: &PerfEventContext) -> u32 {
+    let key = bpf_get_current_pid_tgid();
+    if !traced(key) {
+        return 0;
+    }
+    let user_stack = ctx
+        .get_stackid(&STACK_TRACES, BPF_F_USER_STACK as u64)
+        .map(|id| id as i32)
+        .unwrap_or(-1);
+    let kernel_stack = ctx
+        .get_stackid(&STACK_TRACES, 0)
+        .map(|id| id as i32)
+        .unwrap_or(-1);
+    let phases = sampled_stack_key(ctx, key);
+    emit_stack(
+        EventKind::CpuSample,
+        key,
+        phases,
+        1,
+        user_stack,
+        kernel_stack,
+    );
+    0
+}
+
+/// Whose stack of phases a CPU sample of thread `key` falls under: in a Go process, the
+/// goroutine it interrupted in user mode (r14 of the interrupted registers, checked against
+/// its stack as at a probe), so samples land under the Go phase that goroutine is in, on
+/// whatever thread it runs. A sample on the thread's system stack (its `g0`: GC assist
+/// marking, stack growth) goes to the goroutine that switched there (`g0.m.curg`) when the
+/// binary's layout is known. Otherwise, and in the kernel (no user registers here), the
+/// thread's.
+#[inline(always)]
+fn sampled_stack_key(ctx: &PerfEventContext, key: u64) -> u64 {
+    let tgid = (key >> 32) as u32;
+    if GO_PROCS.get_ptr(&tgid).is_none() {
+        return key;
+    }
+    let regs = ctx.as_ptr() as *const aya_ebpf::bindings::pt_regs;
+    // SAFETY: a perf event program's context (bpf_perf_event_data) starts with the
+    // interrupted registers; each field is read at a constant offset.
+    let (cs, g, sp) = unsafe { ((*regs).cs, (*regs).r14, (*regs).rsp) };
+    if cs & 3 != 3 || go_stack_top(g, sp).is_none() {
+        return key;
+    }
+    let own = goroutine_key(tgid, g);
+    if STACKS.get_ptr(&own).is_some() {
+        return own;
+    }
+    match current_goroutine(g) {
+        Some(curg) if curg != g => goroutine_key(tgid, curg),
+        _ => own,
+    }
+}
+
+/// sched:sched_switch: a traced thread leaving the CPU records where and when; one coming back
+/// adds the time to its innermost open phase and sends an off-CPU record.
+#[inline(always)]
+pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
+    // SAFETY: plain helper call.
+    let now = unsafe { bpf_ktime_get_ns() };
+    // At sched_switch the current task is still the one leaving.
+    let key = bpf_get_current_pid_tgid();
+    if traced(key) && key as u32 != 0 {
+        let start = OffCpuStart {
+            start_ns: now,
+            pid_tgid: key,
+            user_stack: ctx
+                .get_stackid(&STACK_TRACES, BPF_F_USER_STACK as u64)
+                .map(|id| id as i32)
+                .unwrap_or(-1),
+            kernel_stack: ctx
+                .get_stackid(&STACK_TRACES, 0)
+                .map(|id| id as i32)
+                .unwrap_or(-1),
+        };
+        let _ = OFF_CPU_SINCE.insert(&(key as u32), &start, BPF_ANY as u64);
+    }
+    let next_off = CONFIG.get(config::SCHED_NEXT_PID).copied().unwrap_or(56) as usize;
+    // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
+    let Ok(next_tid) = (unsafe { ctx.read_at::<i32>(next_off & 0xff) }) else {
+        return 0;
+    };
+    let next_tid = next_tid as u32;
+    let Some(start) = OFF_CPU_SINCE.get_ptr(&next_tid) else {
+        return 0;
+    };
+    // SAFETY: a map value we only read before removing it.
+    let start = unsafe { *start };
+    let _ = OFF_CPU_SINCE.remove(&next_tid);
+    let off = now.saturating_sub(start.start_ns);
+    if let Some(st) = STACKS.get_ptr_mut(&start.pid_tgid) {
+        // SAFETY: the thread coming back is not running yet, so nothing else touches its stack.
+        let st = unsafe { &mut *st };
+        let len = st.len as usize;
+        if len > 0 && len <= MAX_DEPTH {
+            st.frames[slot(len - 1)].off_ns += off;
+        }
+    }
+    emit_stack(
+        EventKind::OffCpu,
+        start.pid_tgid,
+        start.pid_tgid,
+        off,
+        start.user_stack,
+        start.kernel_stack,
+    );
+    0
+}
+
+/// Sends a [`StackEvent`] for thread `key`: the innermost open phase of the stack of phases
+/// `phases` (`STACKS` key: the thread's, or the goroutine's it was running) and the return
+/// addresses that stack's pending uretprobes replaced.
+#[inline(always)]
+fn emit_stack(
+    kind: EventKind,
+    key: u64,
+    phases: u64,
+    weight: u64,
+    user_stack: i32,
+    kernel_stack: i32,
+) {
+    let Some(mut entry) = EVENTS.reserve::<StackEvent>(0) else {
+        bump(match kind {
+            EventKind::OffCpu => counter::LOST_OFF_CPU,
+            _ => counter::LOST_CPU_SAMPLES,
+        });
+        return;
+    };
+    let mut ev = StackEvent {
+        kind: kind as u32,
+        pid: (key >> 32) as u32,
+        tid: key as u32,
+        weight,
+        user_stack,
+        kernel_stack,
+        ..StackEvent::default()
+    };
+    if let Some(st) = STACKS.get_ptr(&phases) {
+        // SAFETY: read-only look at the thread's stack.
+        let st = unsafe { &*st };
+        let len = st.len as usize;
+        if len > 0 && len <= MAX_DEPTH {
+            ev.node = st.frames[slot(len - 1)].node;
+            let mut n = 0usize;
+            let mut i = len;
+            for _ in 0..MAX_DEPTH {
+                if i == 0 || n >= MAX_PENDING_RETURNS {
+                    break;
+                }
+                i -= 1;
+                let f = &st.frames[slot(i)];
+                // Without a branch (uretprobe is 0 or 1; a slot written for another frame is
+                // overwritten or lies past npending): one path per frame instead of two keeps
+                // 6.1's verifier under its 1M-instruction limit.
+                ev.pending_returns[n & (MAX_PENDING_RETURNS - 1)] = f.ret_addr;
+                // A frame the unwind guard disarmed holds its real address again.
+                n += (f.uretprobe & FRAME_URETPROBE & !(f.uretprobe >> 1)) as usize;
+            }
+            ev.npending = n as u32;
+        }
+    }
+    entry.write(ev);
+    entry.submit(submit_flags());
+}

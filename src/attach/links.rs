@@ -1,0 +1,137 @@
+//! Phases whose probes come off and go back while the run goes on.
+//!
+//! In: the ids of phases given links of their own before the attach
+//! ([`Tracer::keep_phase_links`]): a phase moved to sampling, or the probes paused by a duty
+//! cycle. Out: their links released (entries first, or all at once with BPF stopped) and
+//! made again from the kept [`LinkPlan`]s, returns before entries.
+
+use anyhow::{Context, Result};
+use aya::programs::uprobe::{UProbeAttachPoint, UProbeLinkId, UProbeScope};
+
+use super::Tracer;
+use crate::resolve::ResolvedSymbol;
+
+/// One attach call of a phase with links of its own, kept to make it again.
+#[derive(Debug, Clone)]
+pub(super) struct LinkPlan {
+    pub(super) prog: &'static str,
+    pub(super) target: ResolvedSymbol,
+    pub(super) points: Vec<UProbeAttachPoint<'static>>,
+    pub(super) scope: UProbeScope,
+    pub(super) pid: u32,
+}
+
+impl Tracer {
+    /// Gives the probes of these phases links of their own (before [`Tracer::attach`]), so
+    /// [`Tracer::detach_phase`] can take them off while the others stay.
+    pub fn keep_phase_links(&mut self, ids: impl IntoIterator<Item = u32>) {
+        self.movable.extend(ids);
+    }
+
+    /// Takes these phases' probes off while the run goes on (a phase moved to sampling, or
+    /// the probes paused by a duty cycle). Entries first: after `settle` the calls in flight
+    /// have returned through the return probes, which come off last, so no open frame is left
+    /// behind. Returns how many of them had links of their own live.
+    pub fn detach_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<usize> {
+        let mut entries = Vec::new();
+        let mut returns = Vec::new();
+        let mut detached = 0;
+        for id in ids {
+            let Some(links) = self.phase_links.remove(id) else {
+                continue;
+            };
+            detached += 1;
+            for (prog, link) in links {
+                if prog == self.progs.entry {
+                    entries.push((*id, prog, link));
+                } else {
+                    returns.push((*id, prog, link));
+                }
+            }
+        }
+        for (i, group) in [entries, returns].into_iter().enumerate() {
+            if i == 1 && !group.is_empty() {
+                std::thread::sleep(settle);
+            }
+            self.release(group)?;
+        }
+        Ok(detached)
+    }
+
+    /// Releases links, all at once: each release waits for the kernel's uprobe grace period
+    /// (~0.1-0.3 s on these VMs); one by one, a paused profile's returns kept firing for
+    /// seconds after its entries. Released together, they wait about one period.
+    fn release(&mut self, links: Vec<(u32, &'static str, UProbeLinkId)>) -> Result<()> {
+        let mut owned = Vec::with_capacity(links.len());
+        for (id, prog, link) in links {
+            owned.push(
+                self.program(prog)?
+                    .take_link(link)
+                    .with_context(|| format!("detach the probes of phase {id}"))?,
+            );
+        }
+        std::thread::scope(|s| {
+            for link in owned {
+                s.spawn(move || drop(link));
+            }
+        });
+        Ok(())
+    }
+
+    /// Pauses these phases' probes (a duty cycle): BPF stops first, then every link comes off
+    /// at once and the open calls are forgotten, so nothing is counted while the links go (a
+    /// release waits for the kernel's grace period: ~0.1-0.3 s here, during which an entry
+    /// taken off first would leave the returns firing on every call). With the unwind guard
+    /// live its frames must stay known: the entries then go first, as for a move.
+    pub fn pause_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<()> {
+        if self.guarded {
+            return self.detach_phases(ids, settle).map(|_| ());
+        }
+        self.set_config(wprof_common::config::STOPPED, 1)?;
+        let links = ids
+            .iter()
+            .flat_map(|id| {
+                let links = self.phase_links.remove(id).unwrap_or_default();
+                links.into_iter().map(move |(prog, link)| (*id, prog, link))
+            })
+            .collect();
+        self.release(links)?;
+        // Calls open now can no longer return through a probe.
+        let mut stacks = self.stacks_mut()?;
+        let keys: Vec<u64> = stacks.keys().filter_map(|k| k.ok()).collect();
+        for k in keys {
+            let _ = stacks.remove(&k);
+        }
+        Ok(())
+    }
+
+    /// Ends a pause of [`Tracer::pause_phases`].
+    pub fn resume_phases(&mut self, ids: &[u32]) -> Result<()> {
+        self.reattach_phases(ids)?;
+        if !self.guarded {
+            self.set_config(wprof_common::config::STOPPED, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Puts back the probes [`Tracer::detach_phases`] took off: returns before entries, as
+    /// [`Tracer::attach`] does.
+    pub fn reattach_phases(&mut self, ids: &[u32]) -> Result<()> {
+        let entry = self.progs.entry;
+        let mut plans: Vec<(u32, LinkPlan)> = ids
+            .iter()
+            .filter(|id| !self.phase_links.contains_key(id))
+            .flat_map(|id| {
+                let plans = self.phase_plans.get(id).cloned().unwrap_or_default();
+                plans.into_iter().map(move |p| (*id, p))
+            })
+            .collect();
+        plans.sort_by_key(|(_, p)| p.prog == entry);
+        for (id, p) in plans {
+            let what = format!("the probes of phase {id} again");
+            let link = self.attach_points(p.prog, p.points, &p.target, p.scope, p.pid, &what)?;
+            self.phase_links.entry(id).or_default().push((p.prog, link));
+        }
+        Ok(())
+    }
+}
