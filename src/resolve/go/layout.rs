@@ -13,8 +13,8 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use gimli::{Dwarf, Unit};
 
-use super::dwarf::{with_dwarf_in, Reader};
-use super::{Language, ResolvedPhase, Status};
+use crate::resolve::elf::dwarf::{with_dwarf_in, Reader};
+use crate::resolve::{Language, ResolvedPhase, Status};
 
 /// Offsets, in bytes, of the two fields from a `g` to its thread's current goroutine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use super::*;
-use crate::profile::Profile;
+use crate::profile::{Capture, Profile};
+use crate::resolve::*;
 
 /// The fixture's build script (also finds the Go toolchain).
 fn build_script() -> PathBuf {
@@ -201,7 +201,7 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
     // The stack check's block calls runtime.morestack_noctxt and jumps back to +0.
     let f = syms.function_at(w.address).unwrap();
     assert_eq!(
-        disasm::entry_site(&syms, f, true).unwrap().cost,
+        elf::disasm::entry_site(&syms, f, true).unwrap().cost,
         CostClass::SingleStep
     );
 
@@ -259,7 +259,7 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
 #[test]
 fn arguments_past_the_sixth_are_refused_for_c_functions() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = super::testutil::build(
+    let exe = crate::resolve::testutil::build(
         dir.path(),
         "c",
         "int f(int a){return a+1;}\nint main(void){return f(1);}\n",
@@ -383,7 +383,7 @@ fn the_go_runtime_layout_comes_from_the_binarys_dwarf() {
     }
     let dir = tempfile::tempdir().unwrap();
     let app = build_go(dir.path(), SMALL, &[]);
-    let layout = super::go_layout::go_runtime_layout_at(&app)
+    let layout = super::layout::go_runtime_layout_at(&app)
         .unwrap()
         .expect("layout");
     assert_eq!(layout.g_m, 48);
@@ -393,5 +393,5 @@ fn the_go_runtime_layout_comes_from_the_binarys_dwarf() {
     );
     let bare = tempfile::tempdir().unwrap();
     let app = build_go(bare.path(), SMALL, &["-ldflags=-w"]);
-    assert_eq!(super::go_layout::go_runtime_layout_at(&app).unwrap(), None);
+    assert_eq!(super::layout::go_runtime_layout_at(&app).unwrap(), None);
 }

@@ -21,9 +21,9 @@ use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym, SymbolTable, 
 use object::{Endianness, FileKind, Object, ObjectSymbol};
 
 use super::debuginfo;
-use super::demangle::{demangle, language_of};
-use super::gopclntab;
-use super::Language;
+use crate::resolve::demangle::{demangle, language_of};
+use crate::resolve::go::pclntab;
+use crate::resolve::Language;
 
 /// Name parts marking a compiler-made fragment or clone of a function, never probed as one.
 const FRAGMENT_MARKERS: &[&str] = &[
@@ -238,7 +238,7 @@ impl ObjectSymbols {
         let mut go_starts = None;
         let mut from_pclntab = false;
         if is_go {
-            match gopclntab::functions(&elf) {
+            match pclntab::functions(&elf) {
                 Ok(funcs) => {
                     if !has_symtab {
                         from_pclntab = true;
@@ -481,7 +481,7 @@ fn defines_go_runtime(elf: &ElfFile64<'_, Endianness>) -> bool {
 
 /// Adds the functions of a Go binary's `.gopclntab` (its symbol table is gone).
 fn add_go_functions(
-    funcs: &[gopclntab::GoFunc],
+    funcs: &[pclntab::GoFunc],
     file_offset: &dyn Fn(u64) -> Option<u64>,
     acc: &mut Gathered,
 ) {

@@ -15,8 +15,8 @@ use anyhow::{bail, Context};
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 
 use super::symbols::{Function, ObjectSymbols};
-use super::Site;
 use crate::model::CostClass;
+use crate::resolve::Site;
 
 /// Longest x86 instruction.
 const MAX_INSN: u64 = 15;
