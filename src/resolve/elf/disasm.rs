@@ -11,7 +11,7 @@
 //! instruction, at +4 ([`entry_site`]): the kernel single-steps `endbr64` (~5-6 µs a hit on
 //! these VMs) but emulates the `push %rbp` that usually follows (~0.6-0.7 µs).
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 
 use super::symbols::{Function, ObjectSymbols};
@@ -200,17 +200,7 @@ fn after_endbr(obj: &ObjectSymbols, f: &Function) -> Option<Site> {
     if f.size <= skip {
         return None;
     }
-    let part = |file_offset: u64, address: u64, size: u64| {
-        obj.bytes(file_offset, size).map(|bytes| Code {
-            bytes,
-            address,
-            file_offset,
-        })
-    };
-    let mut parts = vec![part(f.file_offset, f.address, f.size)?];
-    for fr in obj.cold_fragments_of(f).filter(|fr| fr.size > 0) {
-        parts.push(part(fr.file_offset, fr.address, fr.size)?);
-    }
+    let parts = function_code(obj, f).ok()?;
     let target = f.address + skip;
     let next = Decoder::with_ip(
         64,
@@ -357,24 +347,30 @@ pub fn exit_sites(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Vec<Site>
         bail!("{name} in {}: size unknown, cannot find its RET instructions; use return = \"uretprobe\"",
             obj.path.display());
     }
-    let code = |file_offset: u64, address: u64, size: u64| -> anyhow::Result<Code<'_>> {
-        let bytes = obj.bytes(file_offset, size).with_context(|| {
-            format!(
-                "{name} in {}: bytes [{file_offset:#x}, +{size:#x}) are not in the file",
-                obj.path.display()
-            )
-        })?;
-        Ok(Code {
-            bytes,
-            address,
-            file_offset,
-        })
-    };
-    let mut parts = vec![code(f.file_offset, f.address, f.size)?];
-    for fr in obj.cold_fragments_of(f).filter(|fr| fr.size > 0) {
-        parts.push(code(fr.file_offset, fr.address, fr.size)?);
-    }
+    let parts = function_code(obj, f).map_err(|(file_offset, size)| {
+        anyhow!(
+            "{name} in {}: bytes [{file_offset:#x}, +{size:#x}) are not in the file",
+            obj.path.display()
+        )
+    })?;
     Ok(exits_of(&parts))
+}
+
+/// The code of `f`: its body, then its `.cold` fragments (code of the same frame, see the
+/// module doc); or the first of those ranges the file does not hold, as (file offset, size).
+fn function_code<'a>(obj: &'a ObjectSymbols, f: &Function) -> Result<Vec<Code<'a>>, (u64, u64)> {
+    let fragments = obj.cold_fragments_of(f).filter(|fr| fr.size > 0);
+    std::iter::once((f.file_offset, f.address, f.size))
+        .chain(fragments.map(|fr| (fr.file_offset, fr.address, fr.size)))
+        .map(|(file_offset, address, size)| {
+            let bytes = obj.bytes(file_offset, size).ok_or((file_offset, size))?;
+            Ok(Code {
+                bytes,
+                address,
+                file_offset,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
