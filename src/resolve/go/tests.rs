@@ -155,6 +155,38 @@ fn objdump_at(obj: &Path, address: u64) -> String {
 }
 
 #[test]
+fn go_binary() {
+    if !have_go() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let app = build_go(
+        dir.path(),
+        "package main\n\nimport \"fmt\"\n\n\
+        type T struct{ n int }\n\n//go:noinline\nfunc (t *T) Write(b []byte) int {\n\
+        \tif len(b) > 10 {\n\t\treturn t.n + len(b)\n\t}\n\tt.n += len(b)\n\treturn t.n\n}\n\n\
+        func main() { t := &T{}; fmt.Println(t.Write([]byte(\"hello\"))) }\n",
+        &[],
+    );
+    let prof = profile(
+        r#"name = "go"
+        [[phase]]
+        name = "literal"
+        symbol = "main.(*T).Write"
+        [[phase]]
+        name = "glob"
+        symbol = 'main.(\*T).Wr*'
+        "#,
+    );
+    let phases = resolve_profile(&prof, &Scope::Binary(app)).unwrap();
+    let t = target(&phases, "literal");
+    assert_eq!(t.language, Language::Go);
+    assert_eq!(phases[0].return_mode, ReturnMode::RetSites);
+    assert!(!t.exits.is_empty() && t.exits.iter().all(|s| s.cost == CostClass::SingleStep));
+    assert_eq!(target(&phases, "glob").address, t.address);
+}
+
+#[test]
 fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
     if !have_go() {
         return;

@@ -324,48 +324,6 @@ fn scope_errors_and_non_elf() {
     }
 }
 
-#[test]
-fn go_binary() {
-    let go = ["/usr/local/go/bin/go", "/usr/bin/go"]
-        .into_iter()
-        .find(|g| Path::new(g).exists());
-    let Some(go) = go else {
-        eprintln!("SKIPPED: no Go toolchain (/usr/local/go/bin/go)");
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(
-        dir.path().join("main.go"),
-        "package main\n\nimport \"fmt\"\n\n\
-        type T struct{ n int }\n\n//go:noinline\nfunc (t *T) Write(b []byte) int {\n\
-        \tif len(b) > 10 {\n\t\treturn t.n + len(b)\n\t}\n\tt.n += len(b)\n\treturn t.n\n}\n\n\
-        func main() { t := &T{}; fmt.Println(t.Write([]byte(\"hello\"))) }\n",
-    )
-    .unwrap();
-    let st = Command::new(go)
-        .args(["build", "-o", "app", "main.go"])
-        .current_dir(dir.path())
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let prof = profile(
-        r#"name = "go"
-        [[phase]]
-        name = "literal"
-        symbol = "main.(*T).Write"
-        [[phase]]
-        name = "glob"
-        symbol = 'main.(\*T).Wr*'
-        "#,
-    );
-    let phases = resolve_profile(&prof, &Scope::Binary(dir.path().join("app"))).unwrap();
-    let t = resolved(&phases, "literal");
-    assert_eq!(t.language, Language::Go);
-    assert_eq!(phases[0].return_mode, ReturnMode::RetSites);
-    assert!(!t.exits.is_empty() && t.exits.iter().all(|s| s.cost == CostClass::SingleStep));
-    assert_eq!(resolved(&phases, "glob").address, t.address);
-}
-
 /// The `writepath` test fixture (tests/fixtures/writepath.c) compiled as
 /// tests/fixtures/build.sh compiles `writepath` and `writepath-cet`: `-fcf-protection=full`
 /// when `cet`.
