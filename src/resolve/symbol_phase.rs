@@ -7,6 +7,7 @@
 //! the nearest names.
 
 use super::elf::{debuginfo, disasm, symbols};
+use super::go::prologue;
 use super::{matcher, suggest, Language, Loaded, ResolvedPhase, ResolvedSymbol, Status};
 use crate::profile::{Capture, Phase, ReturnMode, StringArg};
 
@@ -170,9 +171,9 @@ pub(super) fn resolve(
     let mut targets = Vec::with_capacity(matches.len());
     for m in &matches {
         let f = m.function;
-        // A Go function's entry probe goes after its stack check (disasm::go_entry_site).
+        // A Go function's entry probe goes after its stack check (go::prologue::entry_site).
         let go_entry = (f.language == Language::Go)
-            .then(|| disasm::go_entry_site(syms, f))
+            .then(|| prologue::entry_site(syms, f))
             .flatten();
         let entry = match go_entry.map_or_else(|| disasm::entry_site(syms, f, past_endbr), Ok) {
             Ok(s) => s,
