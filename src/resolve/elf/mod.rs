@@ -12,4 +12,5 @@ pub mod disasm;
 pub mod dwarf;
 pub mod inlined;
 pub mod symbols;
+mod symtab;
 pub mod usdt;
