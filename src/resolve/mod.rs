@@ -4,11 +4,11 @@
 //! matched function its object (a path wprof can open and attach to, through /proc/PID/root),
 //! mangled and demangled names, entry site (file offset and the cost class of the instruction
 //! probed there: the first one, or the one after a leading `endbr64`, see
-//! [`elf::disasm::entry_site`] and [`ENTRY_AT_ENDBR_ENV`]), and its exit sites (RET and tail-call
-//! JMP file offsets) for RET-site return detection. A
-//! stripped object's separate debug file (build id / .gnu_debuglink, [`elf::debuginfo`]) adds its
-//! static functions; DWARF ([`elf::inlined`]) tells when a probed function also has inlined copies
-//! the probe cannot see, which becomes a warning on the phase.
+//! [`elf::disasm::entry_site`] and [`ENTRY_AT_ENDBR_ENV`]), and its exit sites (RET and
+//! tail-call JMP file offsets) for RET-site return detection. A stripped object's separate
+//! debug file (build id / .gnu_debuglink, [`elf::debuginfo`]) adds its static functions; DWARF
+//! ([`elf::inlined`]) tells when a probed function also has inlined copies the probe cannot
+//! see, which becomes a warning on the phase.
 //!
 //! The code is grouped by what it reads: [`objects`] finds a phase's object in a process or on
 //! disk; [`elf`] reads an object's symbols, code, notes and DWARF; [`go`] what only Go binaries

@@ -145,7 +145,7 @@ pub fn exits_of(parts: &[Code<'_>]) -> Vec<Site> {
 pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
 /// The entry site of `f`: its first instruction; or, with `past_endbr` and a function that
-/// starts with `endbr64`, the instruction after it (+4) when [`after_endbr`] finds that safe.
+/// starts with `endbr64`, the instruction after it (+4) when `after_endbr` finds that safe.
 pub fn entry_site(obj: &ObjectSymbols, f: &Function, past_endbr: bool) -> anyhow::Result<Site> {
     // Size 0 (unknown): read one instruction's worth, or what the file has.
     let want = if f.size == 0 {
