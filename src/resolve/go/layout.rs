@@ -7,6 +7,10 @@
 //! change between Go releases (`runtime.m` gains and loses fields), so they come from the
 //! binary's own type information; a binary built without DWARF (`-ldflags=-w`) has none, and
 //! its system-stack samples stay with the thread.
+//!
+//! In: a Go binary's path, or the resolved phases (their Go objects). Out: a
+//! [`GoRuntimeLayout`], or none when nothing is Go; an error when a Go object has no layout or
+//! two disagree.
 
 use std::path::Path;
 
