@@ -138,14 +138,8 @@ fn resolve_profile_with(
                 ),
             };
             out.push(ResolvedPhase {
-                id,
-                phase: phase.clone(),
-                targets: Vec::new(),
                 kernel,
-                return_mode: ReturnMode::RetSites,
-                status,
-                warnings: Vec::new(),
-                usdt: None,
+                ..ResolvedPhase::new(id, phase, ReturnMode::RetSites, status)
             });
             continue;
         };

@@ -89,6 +89,21 @@ impl ResolvedSymbol {
 }
 
 impl ResolvedPhase {
+    /// The phase with `status` and `return_mode` and nothing else yet: no targets, kernel
+    /// tracepoints, warnings or USDT sites (the resolver of its kind adds those it has).
+    pub(super) fn new(id: u32, phase: &Phase, return_mode: ReturnMode, status: Status) -> Self {
+        ResolvedPhase {
+            id,
+            phase: phase.clone(),
+            targets: Vec::new(),
+            kernel: None,
+            return_mode,
+            status,
+            warnings: Vec::new(),
+            usdt: None,
+        }
+    }
+
     /// Whether its functions get probes: resolved, and not a sampled phase.
     pub fn is_probed(&self) -> bool {
         matches!(self.status, Status::Resolved)

@@ -42,15 +42,9 @@ pub(super) fn resolve(
             },
         )
     };
-    let unresolved = |reason: String, nearest: Vec<String>, is_go: bool| ResolvedPhase {
-        id,
-        phase: phase.clone(),
-        targets: Vec::new(),
-        kernel: None,
-        return_mode: guessed(is_go),
-        status: Status::Unresolved { reason, nearest },
-        warnings: Vec::new(),
-        usdt: None,
+    let unresolved = |reason: String, nearest: Vec<String>, is_go: bool| {
+        let status = Status::Unresolved { reason, nearest };
+        ResolvedPhase::new(id, phase, guessed(is_go), status)
     };
     let (loc, syms) = match loaded {
         Ok(l) => l,
@@ -239,14 +233,9 @@ pub(super) fn resolve(
         };
     }
     ResolvedPhase {
-        id,
-        phase: phase.clone(),
         targets,
-        kernel: None,
-        return_mode,
-        status: Status::Resolved,
         warnings,
-        usdt: None,
+        ..ResolvedPhase::new(id, phase, return_mode, Status::Resolved)
     }
 }
 

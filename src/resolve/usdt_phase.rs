@@ -12,15 +12,9 @@ use crate::profile::{Capture, Phase, ReturnMode};
 /// `provider:name`; the done sites are the first target's exits (RET-site programs close the
 /// phase there).
 pub(super) fn resolve(id: u32, phase: &Phase, names: &[String], loaded: &Loaded) -> ResolvedPhase {
-    let unresolved = |reason: String, nearest: Vec<String>| ResolvedPhase {
-        id,
-        phase: phase.clone(),
-        targets: Vec::new(),
-        kernel: None,
-        return_mode: ReturnMode::RetSites,
-        status: Status::Unresolved { reason, nearest },
-        warnings: Vec::new(),
-        usdt: None,
+    let unresolved = |reason: String, nearest: Vec<String>| {
+        let status = Status::Unresolved { reason, nearest };
+        ResolvedPhase::new(id, phase, ReturnMode::RetSites, status)
     };
     let (loc, syms) = match loaded {
         Ok(l) => l,
@@ -88,13 +82,8 @@ pub(super) fn resolve(id: u32, phase: &Phase, names: &[String], loaded: &Loaded)
         })
         .collect();
     ResolvedPhase {
-        id,
-        phase: phase.clone(),
         targets,
-        kernel: None,
-        return_mode: ReturnMode::RetSites,
-        status: Status::Resolved,
-        warnings: Vec::new(),
         usdt: Some(sites),
+        ..ResolvedPhase::new(id, phase, ReturnMode::RetSites, Status::Resolved)
     }
 }
