@@ -10,8 +10,8 @@
 
 use globset::{GlobBuilder, GlobMatcher};
 
+use super::elf::symbols::{Function, ObjectSymbols, SymbolName};
 use super::suggest;
-use super::symbols::{Function, ObjectSymbols, SymbolName};
 
 /// How many matches an ambiguity error lists.
 const LIST_MAX: usize = 10;
@@ -341,7 +341,7 @@ mod tests {
         assert_eq!(syms.cold_fragments_of(m[0].function).count(), 1);
         assert!(crate::resolve::suggest::explain_missing(&syms, "hot").is_some());
         // The RETs of hot.cold are exits of hot; the jump into it is none.
-        let exits = crate::resolve::disasm::exit_sites(&syms, m[0].function).unwrap();
+        let exits = crate::resolve::elf::disasm::exit_sites(&syms, m[0].function).unwrap();
         let rets = objdump_rets(&so, "hot") + objdump_rets(&so, "hot.cold");
         assert_eq!(exits.len(), rets, "{exits:?}");
     }

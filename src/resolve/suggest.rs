@@ -8,8 +8,8 @@
 
 use strsim::{jaro_winkler, normalized_damerau_levenshtein};
 
+use super::elf::symbols::ObjectSymbols;
 use super::matcher::unescape;
-use super::symbols::ObjectSymbols;
 
 /// How many clones a note lists.
 const LIST_MAX: usize = 10;

@@ -84,7 +84,7 @@ pub(crate) fn objdump_rets(obj: &std::path::Path, sym: &str) -> usize {
 /// A C++ library with PAX's mangled names, a throwing method, overloads, `[abi:cxx11]`,
 /// a template and an aliased `extern "C"` function.
 /// Builds CXX_SRC as `dir/libpax.so` (-O2, shared) and reads its symbols.
-pub(crate) fn pax_library(dir: &Path) -> crate::resolve::symbols::ObjectSymbols {
+pub(crate) fn pax_library(dir: &Path) -> crate::resolve::elf::symbols::ObjectSymbols {
     let so = build(
         dir,
         "libpax.so",
@@ -92,7 +92,7 @@ pub(crate) fn pax_library(dir: &Path) -> crate::resolve::symbols::ObjectSymbols 
         true,
         &["-O2", "-shared", "-fPIC"],
     );
-    crate::resolve::symbols::ObjectSymbols::load(&so).expect("load libpax.so")
+    crate::resolve::elf::symbols::ObjectSymbols::load(&so).expect("load libpax.so")
 }
 
 pub(crate) const CXX_SRC: &str = r#"

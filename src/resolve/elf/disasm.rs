@@ -11,12 +11,12 @@
 //! instruction, at +4 ([`entry_site`]): the kernel single-steps `endbr64` (~5-6 µs a hit on
 //! these VMs) but emulates the `push %rbp` that usually follows (~0.6-0.7 µs).
 
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 
 use super::symbols::{Function, ObjectSymbols};
-use super::Site;
 use crate::model::CostClass;
+use crate::resolve::Site;
 
 /// Longest x86 instruction.
 const MAX_INSN: u64 = 15;
@@ -57,7 +57,7 @@ pub fn cost_of(insn: &Instruction) -> CostClass {
 }
 
 /// A conditional jump (`jcc`; not `loop`/`jrcxz`, which the kernel single-steps).
-fn is_jcc(m: Mnemonic) -> bool {
+pub fn is_jcc(m: Mnemonic) -> bool {
     use Mnemonic::*;
     matches!(
         m,
@@ -66,7 +66,7 @@ fn is_jcc(m: Mnemonic) -> bool {
 }
 
 /// A direct (relative) JMP.
-fn is_direct_jmp(insn: &Instruction) -> bool {
+pub fn is_direct_jmp(insn: &Instruction) -> bool {
     insn.mnemonic() == Mnemonic::Jmp && insn.op0_kind() == OpKind::NearBranch64
 }
 
@@ -145,7 +145,7 @@ pub fn exits_of(parts: &[Code<'_>]) -> Vec<Site> {
 pub const ENDBR64: [u8; 4] = [0xf3, 0x0f, 0x1e, 0xfa];
 
 /// The entry site of `f`: its first instruction; or, with `past_endbr` and a function that
-/// starts with `endbr64`, the instruction after it (+4) when [`after_endbr`] finds that safe.
+/// starts with `endbr64`, the instruction after it (+4) when `after_endbr` finds that safe.
 pub fn entry_site(obj: &ObjectSymbols, f: &Function, past_endbr: bool) -> anyhow::Result<Site> {
     // Size 0 (unknown): read one instruction's worth, or what the file has.
     let want = if f.size == 0 {
@@ -200,17 +200,7 @@ fn after_endbr(obj: &ObjectSymbols, f: &Function) -> Option<Site> {
     if f.size <= skip {
         return None;
     }
-    let part = |file_offset: u64, address: u64, size: u64| {
-        obj.bytes(file_offset, size).map(|bytes| Code {
-            bytes,
-            address,
-            file_offset,
-        })
-    };
-    let mut parts = vec![part(f.file_offset, f.address, f.size)?];
-    for fr in obj.cold_fragments_of(f).filter(|fr| fr.size > 0) {
-        parts.push(part(fr.file_offset, fr.address, fr.size)?);
-    }
+    let parts = function_code(obj, f).ok()?;
     let target = f.address + skip;
     let next = Decoder::with_ip(
         64,
@@ -242,113 +232,6 @@ fn after_endbr(obj: &ObjectSymbols, f: &Function) -> Option<Site> {
     })
 }
 
-/// How many instructions a Go prologue's stack check spans at most (`lea`/`mov`+`sub`, `cmp`,
-/// `jbe`, and a second check for frames too big for the first: 6 is plenty).
-const GO_PROLOGUE_MAX: usize = 6;
-
-/// How far the stack check's out-of-line block is read for its `call runtime.morestack*`
-/// (spills of the argument registers come first: up to 9 of them, and a `mov` for a closure).
-const GO_MORESTACK_BLOCK_MAX: usize = 24;
-
-/// The entry site of a Go function: the instruction after its prologue's stack check
-/// (usually `push %rbp`, which the kernel emulates), or None when the function has no such
-/// check (a leaf or `//go:nosplit` function starts its body at +0) or it cannot be shown to be
-/// one.
-///
-/// Why not +0: a Go function starts with `cmp 0x10(%r14),%rsp; jbe more` (or `lea -N(%rsp),%r12;
-/// cmp 0x10(%r14),%r12; jbe more`), and `more:` spills the argument registers, calls
-/// `runtime.morestack_noctxt`, which gives the goroutine a bigger stack, reloads them and jumps
-/// back to +0. A probe at +0 fires again after every such growth: one call, two entries. The
-/// instruction after the `jbe` runs once per call. Up to there, nothing the entry program reads
-/// has changed: the stack check writes only `r12` and the flags, so the stack pointer, the
-/// return address at `[rsp]`, the argument registers (`rax`, `rbx`, `rcx`, `rdi`, `rsi`,
-/// `r8`-`r11`) and the goroutine in `r14` are the caller's.
-///
-/// What is checked: every instruction before the site is part of such a check (`cmp`, a
-/// conditional jump, or `lea`/`mov`/`sub` into `r12`); at least one of the conditional jumps
-/// goes to a block that calls a `runtime.morestack*` function; no branch of the function
-/// targets the site; the site is no exit.
-pub fn go_entry_site(obj: &ObjectSymbols, f: &Function) -> Option<Site> {
-    if f.size == 0 {
-        return None;
-    }
-    let body = obj.bytes(f.file_offset, f.size)?;
-    let mut decoder = Decoder::with_ip(64, body, f.address, DecoderOptions::NONE);
-    let mut site = None;
-    for _ in 0..GO_PROLOGUE_MAX {
-        if !decoder.can_decode() {
-            break;
-        }
-        let insn = decoder.decode();
-        let to_r12 = insn.op0_kind() == OpKind::Register
-            && insn.op0_register() == Register::R12
-            && matches!(
-                insn.mnemonic(),
-                Mnemonic::Lea | Mnemonic::Mov | Mnemonic::Sub
-            );
-        if is_jcc(insn.mnemonic()) && insn.op0_kind() == OpKind::NearBranch64 {
-            let target = insn.near_branch_target();
-            if target < f.address || target - f.address >= f.size {
-                break;
-            }
-            if calls_morestack(obj, body, f.address, target) {
-                site = Some(insn.next_ip());
-            }
-        } else if !(insn.mnemonic() == Mnemonic::Cmp || to_r12) {
-            break;
-        }
-    }
-    let site = site?;
-    // Nothing of the function may branch to the site, nor may it be an exit.
-    let mut all = Decoder::with_ip(64, body, f.address, DecoderOptions::NONE);
-    let mut insn = Instruction::default();
-    while all.can_decode() {
-        all.decode_out(&mut insn);
-        if insn.op0_kind() == OpKind::NearBranch64 && insn.near_branch_target() == site {
-            return None;
-        }
-        if insn.ip() == site {
-            let exit = insn.mnemonic() == Mnemonic::Ret || is_direct_jmp(&insn);
-            if exit || insn.is_invalid() {
-                return None;
-            }
-            let off = site - f.address;
-            return Some(Site {
-                file_offset: f.file_offset + off,
-                cost: cost_of(&insn),
-            });
-        }
-    }
-    None
-}
-
-/// Whether the code at `target` (inside `body`, which starts at `address`) calls one of the
-/// Go runtime's `morestack` functions before it jumps or returns.
-fn calls_morestack(obj: &ObjectSymbols, body: &[u8], address: u64, target: u64) -> bool {
-    let Some(code) = body.get((target - address) as usize..) else {
-        return false;
-    };
-    let mut decoder = Decoder::with_ip(64, code, target, DecoderOptions::NONE);
-    for _ in 0..GO_MORESTACK_BLOCK_MAX {
-        if !decoder.can_decode() {
-            return false;
-        }
-        let insn = decoder.decode();
-        match insn.mnemonic() {
-            Mnemonic::Call if insn.op0_kind() == OpKind::NearBranch64 => {
-                return obj.function_at(insn.near_branch_target()).is_some_and(|g| {
-                    g.names
-                        .iter()
-                        .any(|n| n.mangled.starts_with("runtime.morestack"))
-                });
-            }
-            Mnemonic::Jmp | Mnemonic::Ret | Mnemonic::Call => return false,
-            _ => {}
-        }
-    }
-    false
-}
-
 /// The exit sites of `f` (see the module doc). Fails when the size is unknown, or when the
 /// bytes are not in the file.
 pub fn exit_sites(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Vec<Site>> {
@@ -357,24 +240,30 @@ pub fn exit_sites(obj: &ObjectSymbols, f: &Function) -> anyhow::Result<Vec<Site>
         bail!("{name} in {}: size unknown, cannot find its RET instructions; use return = \"uretprobe\"",
             obj.path.display());
     }
-    let code = |file_offset: u64, address: u64, size: u64| -> anyhow::Result<Code<'_>> {
-        let bytes = obj.bytes(file_offset, size).with_context(|| {
-            format!(
-                "{name} in {}: bytes [{file_offset:#x}, +{size:#x}) are not in the file",
-                obj.path.display()
-            )
-        })?;
-        Ok(Code {
-            bytes,
-            address,
-            file_offset,
-        })
-    };
-    let mut parts = vec![code(f.file_offset, f.address, f.size)?];
-    for fr in obj.cold_fragments_of(f).filter(|fr| fr.size > 0) {
-        parts.push(code(fr.file_offset, fr.address, fr.size)?);
-    }
+    let parts = function_code(obj, f).map_err(|(file_offset, size)| {
+        anyhow!(
+            "{name} in {}: bytes [{file_offset:#x}, +{size:#x}) are not in the file",
+            obj.path.display()
+        )
+    })?;
     Ok(exits_of(&parts))
+}
+
+/// The code of `f`: its body, then its `.cold` fragments (code of the same frame, see the
+/// module doc); or the first of those ranges the file does not hold, as (file offset, size).
+fn function_code<'a>(obj: &'a ObjectSymbols, f: &Function) -> Result<Vec<Code<'a>>, (u64, u64)> {
+    let fragments = obj.cold_fragments_of(f).filter(|fr| fr.size > 0);
+    std::iter::once((f.file_offset, f.address, f.size))
+        .chain(fragments.map(|fr| (fr.file_offset, fr.address, fr.size)))
+        .map(|(file_offset, address, size)| {
+            let bytes = obj.bytes(file_offset, size).ok_or((file_offset, size))?;
+            Ok(Code {
+                bytes,
+                address,
+                file_offset,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -2,6 +2,9 @@
 //! functions, the Go runtime's structure layout): from the object itself or its separate debug
 //! file, whichever has a .debug_info; sections decompressed when they are zlib-compressed
 //! (SHF_COMPRESSED or `.zdebug`).
+//!
+//! In: an [`ObjectSymbols`] (or the bytes of candidate files) and a reader. Out: what the reader
+//! returns from a gimli [`Dwarf`] over those sections, or `None` when there is no .debug_info.
 
 use std::borrow::Cow;
 use std::io::Read;

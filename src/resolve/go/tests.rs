@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use super::*;
-use crate::profile::Profile;
+use crate::profile::{Capture, Profile};
+use crate::resolve::*;
 
 /// The fixture's build script (also finds the Go toolchain).
 fn build_script() -> PathBuf {
@@ -155,6 +155,38 @@ fn objdump_at(obj: &Path, address: u64) -> String {
 }
 
 #[test]
+fn go_binary() {
+    if !have_go() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let app = build_go(
+        dir.path(),
+        "package main\n\nimport \"fmt\"\n\n\
+        type T struct{ n int }\n\n//go:noinline\nfunc (t *T) Write(b []byte) int {\n\
+        \tif len(b) > 10 {\n\t\treturn t.n + len(b)\n\t}\n\tt.n += len(b)\n\treturn t.n\n}\n\n\
+        func main() { t := &T{}; fmt.Println(t.Write([]byte(\"hello\"))) }\n",
+        &[],
+    );
+    let prof = profile(
+        r#"name = "go"
+        [[phase]]
+        name = "literal"
+        symbol = "main.(*T).Write"
+        [[phase]]
+        name = "glob"
+        symbol = 'main.(\*T).Wr*'
+        "#,
+    );
+    let phases = resolve_profile(&prof, &Scope::Binary(app)).unwrap();
+    let t = target(&phases, "literal");
+    assert_eq!(t.language, Language::Go);
+    assert_eq!(phases[0].return_mode, ReturnMode::RetSites);
+    assert!(!t.exits.is_empty() && t.exits.iter().all(|s| s.cost == CostClass::SingleStep));
+    assert_eq!(target(&phases, "glob").address, t.address);
+}
+
+#[test]
 fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
     if !have_go() {
         return;
@@ -201,7 +233,7 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
     // The stack check's block calls runtime.morestack_noctxt and jumps back to +0.
     let f = syms.function_at(w.address).unwrap();
     assert_eq!(
-        disasm::entry_site(&syms, f, true).unwrap().cost,
+        elf::disasm::entry_site(&syms, f, true).unwrap().cost,
         CostClass::SingleStep
     );
 
@@ -259,7 +291,7 @@ fn go_entries_sit_after_the_stack_check_and_returns_are_ret_sites() {
 #[test]
 fn arguments_past_the_sixth_are_refused_for_c_functions() {
     let dir = tempfile::tempdir().unwrap();
-    let exe = super::testutil::build(
+    let exe = crate::resolve::testutil::build(
         dir.path(),
         "c",
         "int f(int a){return a+1;}\nint main(void){return f(1);}\n",
@@ -383,7 +415,7 @@ fn the_go_runtime_layout_comes_from_the_binarys_dwarf() {
     }
     let dir = tempfile::tempdir().unwrap();
     let app = build_go(dir.path(), SMALL, &[]);
-    let layout = super::go_layout::go_runtime_layout_at(&app)
+    let layout = super::layout::go_runtime_layout_at(&app)
         .unwrap()
         .expect("layout");
     assert_eq!(layout.g_m, 48);
@@ -393,5 +425,5 @@ fn the_go_runtime_layout_comes_from_the_binarys_dwarf() {
     );
     let bare = tempfile::tempdir().unwrap();
     let app = build_go(bare.path(), SMALL, &["-ldflags=-w"]);
-    assert_eq!(super::go_layout::go_runtime_layout_at(&app).unwrap(), None);
+    assert_eq!(super::layout::go_runtime_layout_at(&app).unwrap(), None);
 }

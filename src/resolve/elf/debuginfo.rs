@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use object::Object;
 
-use super::libpath::under_root;
+use crate::resolve::objects::libpath::under_root;
 
 /// Environment variable naming extra debug roots, colon-separated, searched like /usr/lib/debug.
 pub const ENV: &str = "WPROF_DEBUG_DIRS";

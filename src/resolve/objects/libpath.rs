@@ -15,7 +15,7 @@ use object::elf;
 use object::read::elf::{Dyn, ElfFile64};
 use object::Endianness;
 
-use super::objects::Located;
+use super::Located;
 
 /// The directories searched after the object's own paths, as on Debian x86-64.
 const DEFAULT_DIRS: &[&str] = &[

@@ -15,8 +15,8 @@ use object::{Object, ObjectSection, ObjectSegment};
 use wprof_common::usdt::{USDT_ARG_CONST, USDT_ARG_DEREF, USDT_ARG_REG, USDT_REGISTERS};
 use wprof_common::UsdtArg;
 
-use super::Site;
 use crate::model::CostClass;
+use crate::resolve::Site;
 
 /// The ELF note type of a SystemTap probe descriptor.
 const NT_STAPSDT: u32 = 3;

@@ -7,14 +7,18 @@
 //! change between Go releases (`runtime.m` gains and loses fields), so they come from the
 //! binary's own type information; a binary built without DWARF (`-ldflags=-w`) has none, and
 //! its system-stack samples stay with the thread.
+//!
+//! In: a Go binary's path, or the resolved phases (their Go objects). Out: a
+//! [`GoRuntimeLayout`], or none when nothing is Go; an error when a Go object has no layout or
+//! two disagree.
 
 use std::path::Path;
 
 use anyhow::{bail, Context};
 use gimli::{Dwarf, Unit};
 
-use super::dwarf::{with_dwarf_in, Reader};
-use super::{Language, ResolvedPhase, Status};
+use crate::resolve::elf::dwarf::{with_dwarf_in, Reader};
+use crate::resolve::{Language, ResolvedPhase, Status};
 
 /// Offsets, in bytes, of the two fields from a `g` to its thread's current goroutine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -3,38 +3,29 @@
 //! In: a path to an x86-64 ELF executable or shared object. Out: an [`ObjectSymbols`] holding
 //! every defined function of .symtab and .dynsym (Debian's postgres is stripped: .dynsym only),
 //! one [`Function`] per address (aliases folded, the preferred name first, default symbol
-//! versions stripped, hidden ones kept as `name@VERSION`), each with its size, file offset (through its PT_LOAD segment), demangled names and
-//! language; the compiler fragments (`.cold`, `.part.N`, `.isra`...) kept apart, never as
-//! functions; the GNU build id; whether it is a Go binary; and the file bytes for disassembly.
+//! versions stripped, hidden ones kept as `name@VERSION`), each with its size, file offset
+//! (through its PT_LOAD segment), demangled names and language; the compiler fragments (`.cold`,
+//! `.part.N`, `.isra`...) kept apart, never as functions; the GNU build id; whether it is a Go
+//! binary; and the file bytes for disassembly. Each table is read in `symtab.rs`; the aliases
+//! are folded here.
 //! With [`ObjectSymbols::load_with_debug`], the .symtab of the object's separate debug file
 //! (found by [`debuginfo::Search`]) is folded in too: its static functions become visible, with
 //! the same virtual addresses and file offsets taken from the object's own PT_LOAD segments
 //! (the debug file has no code: its .text is NOBITS).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use object::elf;
-use object::elf::FileHeader64;
-use object::read::elf::{ElfFile64, FileHeader, ProgramHeader, Sym, SymbolTable, VersionTable};
+use object::read::elf::{ElfFile64, FileHeader, ProgramHeader};
 use object::{Endianness, FileKind, Object, ObjectSymbol};
 
 use super::debuginfo;
-use super::demangle::{demangle, language_of};
-use super::gopclntab;
-use super::Language;
-
-/// Name parts marking a compiler-made fragment or clone of a function, never probed as one.
-const FRAGMENT_MARKERS: &[&str] = &[
-    ".cold",
-    ".part.",
-    ".isra",
-    ".constprop",
-    ".localalias",
-    ".clone.",
-    ".specialized.",
-];
+use super::symtab::{add_go_functions, gather, Gathered, TableSource};
+use crate::resolve::demangle::{demangle, language_of};
+use crate::resolve::go::pclntab;
+use crate::resolve::Language;
 
 /// One name of a function.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -109,34 +100,8 @@ pub struct ObjectSymbols {
     debug_data: Option<Vec<u8>>,
 }
 
-/// A symbol before aliases are folded.
-struct Raw {
-    name: String,
-    versioned: bool,
-    dynamic: bool,
-    global: bool,
-    from_debug: bool,
-    size: u64,
-}
-
 /// Finds an object's debug file, given its build id and debuglink.
 type FindDebug<'a> = dyn Fn(Option<&[u8]>, Option<&debuginfo::Link>) -> debuginfo::Lookup + 'a;
-
-/// Symbols gathered from the tables, before aliases are folded.
-#[derive(Default)]
-struct Gathered {
-    by_addr: BTreeMap<u64, Vec<Raw>>,
-    fragments: Vec<Fragment>,
-    ifuncs: HashSet<String>,
-}
-
-/// How one symbol table is read.
-struct TableSource<'a, 'd> {
-    table: &'a SymbolTable<'d, FileHeader64<Endianness>>,
-    versions: Option<&'a VersionTable<'d, FileHeader64<Endianness>>>,
-    dynamic: bool,
-    from_debug: bool,
-}
 
 impl ObjectSymbols {
     /// Reads and parses `path`.
@@ -238,7 +203,7 @@ impl ObjectSymbols {
         let mut go_starts = None;
         let mut from_pclntab = false;
         if is_go {
-            match gopclntab::functions(&elf) {
+            match pclntab::functions(&elf) {
                 Ok(funcs) => {
                     if !has_symtab {
                         from_pclntab = true;
@@ -378,90 +343,6 @@ impl ObjectSymbols {
     }
 }
 
-/// Adds the defined functions of one symbol table to `acc`; `file_offset` maps a virtual
-/// address to its offset in the object through the object's PT_LOAD segments.
-fn gather(
-    source: &TableSource<'_, '_>,
-    endian: Endianness,
-    is_go: bool,
-    file_offset: &dyn Fn(u64) -> Option<u64>,
-    acc: &mut Gathered,
-) {
-    let table = source.table;
-    for (index, sym) in table.enumerate() {
-        let kind = sym.st_type();
-        if (kind != elf::STT_FUNC && kind != elf::STT_GNU_IFUNC)
-            || sym.st_shndx(endian) == elf::SHN_UNDEF
-            || sym.st_value(endian) == 0
-        {
-            continue;
-        }
-        let Ok(raw_name) = table.symbol_name(endian, sym) else {
-            continue;
-        };
-        let raw_name = String::from_utf8_lossy(raw_name);
-        // A hidden (non-default) version in .dynsym: a compat symbol new code does not
-        // bind to; it keeps its `@VERSION` so that the plain name means the default one.
-        let hidden = match (source.versions, source.dynamic) {
-            (Some(v), true) => {
-                let vi = v.version_index(endian, index);
-                let vname = v
-                    .version(vi)
-                    .ok()
-                    .flatten()
-                    .map(|v| String::from_utf8_lossy(v.name()));
-                vi.is_hidden()
-                    .then_some(vname)
-                    .flatten()
-                    .map(|v| format!("@{v}"))
-            }
-            _ => None,
-        };
-        let (name, versioned) = match (raw_name.split_once("@@"), raw_name.contains('@')) {
-            (Some((n, _)), _) => (n.to_string(), true),
-            (None, true) => (raw_name.to_string(), true),
-            (None, false) => match hidden {
-                Some(v) => (format!("{raw_name}{v}"), true),
-                None => (raw_name.to_string(), false),
-            },
-        };
-        if name.is_empty() {
-            continue;
-        }
-        if kind == elf::STT_GNU_IFUNC {
-            acc.ifuncs.insert(name);
-            continue;
-        }
-        let address = sym.st_value(endian);
-        let Some(offset) = file_offset(address) else {
-            continue;
-        };
-        let size = sym.st_size(endian);
-        if !is_go {
-            if let Some(base) = fragment_base(&name) {
-                let base = base.to_string();
-                acc.fragments.push(Fragment {
-                    base,
-                    name,
-                    address,
-                    size,
-                    file_offset: offset,
-                });
-                continue;
-            }
-        }
-        let global = sym.st_bind() != elf::STB_LOCAL;
-        acc.by_addr.entry(address).or_default().push(Raw {
-            name,
-            versioned,
-            dynamic: source.dynamic,
-            global,
-            from_debug: source.from_debug,
-            size,
-        });
-    }
-}
-
 /// Whether `elf`'s symbol table defines the Go runtime's `runtime.main` and `runtime.goexit`
 /// (a Go binary whose Go sections were renamed or dropped).
 fn defines_go_runtime(elf: &ElfFile64<'_, Endianness>) -> bool {
@@ -477,38 +358,6 @@ fn defines_go_runtime(elf: &ElfFile64<'_, Endianness>) -> bool {
         }
     }
     false
-}
-
-/// Adds the functions of a Go binary's `.gopclntab` (its symbol table is gone).
-fn add_go_functions(
-    funcs: &[gopclntab::GoFunc],
-    file_offset: &dyn Fn(u64) -> Option<u64>,
-    acc: &mut Gathered,
-) {
-    for f in funcs {
-        if file_offset(f.start).is_none() || f.name.is_empty() {
-            continue;
-        }
-        acc.by_addr.entry(f.start).or_default().push(Raw {
-            // The linker writes `·` (in closures' and generated functions' names) as `.` into
-            // the symbol table: the same names whether a binary is stripped or not.
-            name: f.name.replace('·', "."),
-            versioned: false,
-            dynamic: false,
-            global: true,
-            from_debug: false,
-            size: f.end - f.start,
-        });
-    }
-}
-
-/// The name a fragment was split from, or None if `name` is not a fragment.
-pub fn fragment_base(name: &str) -> Option<&str> {
-    FRAGMENT_MARKERS
-        .iter()
-        .filter_map(|m| name.find(m))
-        .min()
-        .map(|i| &name[..i])
 }
 
 #[cfg(test)]
@@ -585,14 +434,5 @@ mod tests {
             format!("{missing:#}").contains("cannot read"),
             "{missing:#}"
         );
-    }
-
-    #[test]
-    fn fragments_are_kept_apart() {
-        assert_eq!(fragment_base("foo.cold"), Some("foo"));
-        assert_eq!(fragment_base("foo.part.0"), Some("foo"));
-        assert_eq!(fragment_base("_ZN3pax1fEv.isra.0"), Some("_ZN3pax1fEv"));
-        assert_eq!(fragment_base("foo"), None);
-        assert_eq!(fragment_base("foo.lto_priv.0"), None);
     }
 }

@@ -16,9 +16,9 @@ use std::collections::HashMap;
 use anyhow::Context;
 use gimli::{AttributeValue, DebugInfoOffset, DwTag, Dwarf, Unit};
 
-use super::demangle::demangle;
 use super::dwarf::{with_dwarf, Reader};
 use super::symbols::ObjectSymbols;
+use crate::resolve::demangle::demangle;
 
 /// The inlined instances of one function.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -7,7 +7,9 @@
 //! (exact basename, or the name followed by `.` or `-`), then as the dynamic loader would for a
 //! later dlopen: the exe's DT_RPATH, LD_LIBRARY_PATH (from /proc/PID/environ), DT_RUNPATH
 //! ($ORIGIN expanded), /etc/ld.so.conf.d, then the usual library directories. Errors list what
-//! was tried.
+//! was tried. How the loader searches a directory list for a name is [`libpath`]'s.
+
+pub mod libpath;
 
 use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
@@ -15,12 +17,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
-use super::libpath::{self, name_match, under_root};
-use super::Scope;
 use crate::error::WprofError;
+use crate::resolve::Scope;
+use libpath::{name_match, under_root};
 
 /// How the reason of a phase whose object is nowhere to be found starts (see
-/// [`super::ResolvedPhase::object_missing`]).
+/// [`crate::resolve::ResolvedPhase::object_missing`]).
 pub const OBJECT_NOT_FOUND: &str = "cannot find object";
 
 /// An object found for a phase.
@@ -233,8 +235,8 @@ impl Target {
 
 #[cfg(test)]
 mod tests {
+    use super::libpath::{dynamic_paths, is_elf};
     use super::*;
-    use crate::resolve::libpath::{dynamic_paths, is_elf};
     use crate::resolve::testutil::build;
 
     fn me() -> Target {
