@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
-use crate::profile::ReturnMode;
+use crate::model::profile::ReturnMode;
 
 /// Attribute a program's write-path latency to its phases, from the outside, with eBPF.
 #[derive(Debug, Parser)]
@@ -98,8 +98,8 @@ pub struct TargetArgs {
 
 impl TargetArgs {
     /// The profile, with `--all-matches` applied.
-    pub fn load(&self) -> Result<crate::profile::Profile, crate::error::WprofError> {
-        let mut profile = crate::profile::Profile::load(&self.target)?;
+    pub fn load(&self) -> Result<crate::model::profile::Profile, crate::error::WprofError> {
+        let mut profile = crate::model::profile::Profile::load(&self.target)?;
         if self.all_matches {
             profile.phases.iter_mut().for_each(|p| p.all_matches = true);
         }

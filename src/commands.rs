@@ -6,8 +6,8 @@ use anyhow::Result;
 
 use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ResolveArgs, TargetArgs};
 use crate::error::WprofError;
+use crate::model::profile::{Profile, BUILTIN};
 use crate::probe_cost;
-use crate::profile::{Profile, BUILTIN};
 use crate::resolve::{self, Scope, Status};
 use crate::session::{self, status_text};
 
@@ -123,7 +123,7 @@ pub fn probes(a: ProbesArgs) -> Result<i32> {
         phases
             .iter()
             .flat_map(|p| &p.targets)
-            .any(|t| t.entry_offset > 0 && (t.language == resolve::Language::Go) == go)
+            .any(|t| t.entry_offset > 0 && (t.language == crate::model::Language::Go) == go)
     };
     if moved(true) {
         writeln!(
@@ -181,7 +181,7 @@ fn write_estimate(
             "moves to CPU sampling"
         } else if !phases
             .iter()
-            .any(|p| p.id == l.id && p.phase.measure == crate::profile::Measure::Auto)
+            .any(|p| p.id == l.id && p.phase.measure == crate::model::profile::Measure::Auto)
         {
             "stays probed (measure = \"probe\")"
         } else if l.movable {

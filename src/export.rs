@@ -16,8 +16,9 @@
 
 use std::fmt::Write as _;
 
-use crate::profile::{Profile, ReturnMode};
-use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol, Status};
+use crate::model::profile::{Profile, ReturnMode};
+use crate::model::Language;
+use crate::resolve::{ResolvedPhase, ResolvedSymbol, Status};
 
 /// A phase name as an identifier bpftrace and perf accept (`[A-Za-z_][A-Za-z0-9_]*`).
 fn ident(name: &str) -> String {

@@ -22,7 +22,6 @@ pub mod model;
 pub mod output_file;
 pub mod privilege;
 pub mod probe_cost;
-pub mod profile;
 pub mod render;
 pub mod resolve;
 pub mod session;

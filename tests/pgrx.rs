@@ -382,7 +382,7 @@ fn rust_phase_symbols(so: &Path) -> Vec<String> {
     file.symbols()
         .filter_map(|s| s.name().ok().map(str::to_string))
         .filter(|n| {
-            let path = wprof::resolve::demangle::demangle(n);
+            let path = wprof::model::symbol::demangle(n);
             path.ends_with("::refresh::merge::execute_merge")
                 || path.ends_with("::refresh::codegen::build_merge_sql")
         })
@@ -414,7 +414,7 @@ fn the_same_profile_resolves_and_traces_the_v0_mangled_build() {
             .env("LD_LIBRARY_PATH", dir.join(variant)));
         assert!(o.status.success(), "{variant}: {}", text(&o));
         let stdout = String::from_utf8_lossy(&o.stdout);
-        let profile = wprof::profile::Profile::load("pgrx-merge").expect("pgrx-merge");
+        let profile = wprof::model::profile::Profile::load("pgrx-merge").expect("pgrx-merge");
         for p in &profile.phases {
             let line = stdout
                 .lines()
@@ -465,7 +465,7 @@ fn the_same_profile_resolves_and_traces_the_v0_mangled_build() {
 /// (tests/profiles_builtin.rs).
 #[test]
 fn the_pg_trickle_profile_parses_says_it_is_untested_and_matches_pg_trickles_paths() {
-    let p = wprof::profile::Profile::load("pg-trickle").expect("pg-trickle parses");
+    let p = wprof::model::profile::Profile::load("pg-trickle").expect("pg-trickle parses");
     assert!(p.description.contains("PostgreSQL 18"), "{}", p.description);
     assert_eq!(p.object, "pg_trickle.so");
     let symbols: Vec<&str> = p

@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeSet;
 
 use common::*;
-use wprof::profile::{Profile, BUILTIN};
+use wprof::model::profile::{Profile, BUILTIN};
 
 #[test]
 fn every_builtin_profile_parses_and_is_listed() {
@@ -349,7 +349,7 @@ fn parquet_go_profile_matches_the_real_lakerunner_writer() {
     // `written` result.
     for ph in &p.phases {
         if ph.name == "pqgo_generic_write" {
-            assert_eq!(ph.capture(), Some(wprof::profile::Capture::RetVal));
+            assert_eq!(ph.capture(), Some(wprof::model::profile::Capture::RetVal));
             assert_eq!(ph.unit.as_deref(), Some("rows"));
         } else {
             assert_eq!(ph.capture(), None, "{} captures an argument", ph.name);

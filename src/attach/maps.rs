@@ -15,7 +15,7 @@ use wprof_common::{
 };
 
 use super::Tracer;
-use crate::profile::StringArg;
+use crate::model::profile::StringArg;
 use crate::resolve::ResolvedPhase;
 
 /// `map` as the typed view `T`, or an error naming it.

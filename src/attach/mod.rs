@@ -39,8 +39,9 @@ const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 pub use capabilities::{check_capabilities, missing_capabilities};
 
 use crate::error::WprofError;
-use crate::profile::Capture;
-use crate::resolve::{Language, ResolvedPhase, ResolvedSymbol};
+use crate::model::profile::Capture;
+use crate::model::Language;
+use crate::resolve::{ResolvedPhase, ResolvedSymbol};
 use links::LinkPlan;
 
 /// The eBPF object built from probes/ebpf by build.rs.
@@ -248,7 +249,7 @@ impl Tracer {
         for rp in phases.iter().filter(|p| p.is_probed() && p.usdt.is_none()) {
             let own = self.movable.contains(&rp.id).then_some(rp.id);
             let uret = rp.return_mode.uses_uretprobe();
-            if rp.return_mode == crate::profile::ReturnMode::Guarded {
+            if rp.return_mode == crate::model::profile::ReturnMode::Guarded {
                 self.phase_names.insert(rp.id, rp.phase.name.clone());
             }
             let (entry_arg, exit_arg) = match rp.phase.capture() {

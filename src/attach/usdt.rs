@@ -25,7 +25,7 @@ use wprof_common::{
 use super::{process_alive, verified, Tracer};
 
 use crate::error::WprofError;
-use crate::profile::Capture;
+use crate::model::profile::Capture;
 use crate::resolve::{usdt, ResolvedPhase};
 
 /// `BPF_LINK_CREATE`, from linux/bpf.h (`enum bpf_cmd`).

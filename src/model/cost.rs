@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::profile::ReturnMode;
+use super::profile::ReturnMode;
 
 /// How expensive a uprobe hit on an instruction is (facts.md): the kernel emulates some
 /// instructions and single-steps the rest out of line.
@@ -85,7 +85,7 @@ impl ClassCost {
 mod return_mode {
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::profile::ReturnMode;
+    use crate::model::profile::ReturnMode;
 
     pub fn serialize<S: Serializer>(uretprobe: &bool, s: S) -> Result<S::Ok, S::Error> {
         let mode = if *uretprobe {

@@ -14,9 +14,11 @@ mod histogram;
 mod hypothesis;
 mod insitu;
 pub mod json;
+pub mod profile;
 mod run;
 mod sampled;
 mod stacks;
+pub mod symbol;
 mod tree;
 
 #[cfg(test)]
@@ -34,6 +36,7 @@ pub use run::{
 };
 pub use sampled::SampledShare;
 pub use stacks::{FoldedStack, StackProfile};
+pub use symbol::Language;
 pub use tree::{
     keyed_name, Corrected, NodeSnapshot, PhaseTree, ProcessTree, SplitTrees, TreeNode, UnitSpec,
     Units, MAX_HELD_SPANS,

@@ -9,8 +9,8 @@ pub mod targets;
 
 pub use calibrate::{calibrate, Forward, Measured};
 
+use crate::model::profile::ReturnMode;
 use crate::model::{ClassCost, CostClass};
-use crate::profile::ReturnMode;
 use crate::resolve::ResolvedPhase;
 
 /// Cost of one uprobe hit on an instruction of this class, ns (fixed estimate).

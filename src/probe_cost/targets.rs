@@ -12,7 +12,7 @@ use std::time::Instant;
 /// The hidden first argument that makes wprof run as the calibration target.
 pub const CHILD_ARG: &str = "__calibrate";
 
-/// How a calibration function starts: the cost classes of `resolve::CostClass`.
+/// How a calibration function starts: the cost classes of `model::CostClass`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Start {
     /// A 5-byte nop.

@@ -5,8 +5,8 @@
 //! `phases:` table, the counters line, a line per node with units (cost per unit, units/s), the
 //! probe-cost line and the list of flagged phases.
 
+use crate::model::symbol::demangle;
 use crate::model::{PhaseInfo, Run};
-use crate::resolve::demangle::demangle;
 
 use super::text::{Flagged, TextOptions};
 use super::units::format_ns;

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::profile::Phase;
+use crate::model::profile::Phase;
 
 /// One tracepoint, found in tracefs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -205,7 +205,7 @@ mod tests {
     use super::*;
 
     fn phase(toml_text: &str) -> Phase {
-        let p = crate::profile::Profile::parse(
+        let p = crate::model::profile::Profile::parse(
             &format!("name = \"t\"\n[[phase]]\nname = \"k\"\n{toml_text}\n"),
             "test",
         )

@@ -82,7 +82,7 @@ impl Pattern {
     fn exact(&self, n: &SymbolName) -> bool {
         match self {
             Pattern::Mangled { literal, .. } => {
-                n.mangled == *literal || super::demangle::strip_suffixes(&n.mangled) == literal
+                n.mangled == *literal || crate::model::symbol::strip_suffixes(&n.mangled) == literal
             }
             Pattern::Demangled { raw, literal, .. } => {
                 n.demangled == *raw || n.demangled == *literal

@@ -15,7 +15,6 @@
 //! have; [`kernel`] tracefs. [`matcher`], [`suggest`] and [`demangle`] work on the names read.
 //! This file drives one resolution; each kind of phase is resolved in its own file.
 
-pub mod demangle;
 pub mod elf;
 pub mod go;
 pub mod kernel;
@@ -37,8 +36,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::rc::Rc;
 
+use crate::model::profile::{Profile, ReturnMode};
 use crate::model::CostClass;
-use crate::profile::{Profile, ReturnMode};
 use elf::{debuginfo, symbols};
 
 /// What wprof traces: live processes, or a binary about to be started (`record`, `probes --binary`).
@@ -49,19 +48,6 @@ pub enum Scope {
     /// A binary on disk (the main executable); libraries are searched in its RUNPATH and the
     /// usual library directories.
     Binary(PathBuf),
-}
-
-/// Source language of a function, deciding the safe return detection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Language {
-    /// Plain C name.
-    C,
-    /// Itanium C++ mangling.
-    Cxx,
-    /// Rust, legacy or v0 mangling.
-    Rust,
-    /// Go (object has a Go build id).
-    Go,
 }
 
 /// `WPROF_ENTRY_AT_ENDBR=1` keeps the entry probe of a function that starts with `endbr64` on

@@ -6,9 +6,10 @@
 
 use std::path::PathBuf;
 
-use super::{kernel, objects, usdt, Language, Site};
+use super::{kernel, objects, usdt, Site};
 use crate::error::WprofError;
-use crate::profile::{Phase, Profile, ReturnMode};
+use crate::model::profile::{Phase, Profile, ReturnMode};
+use crate::model::Language;
 
 /// One function a phase resolved to.
 #[derive(Debug, Clone)]
@@ -107,7 +108,7 @@ impl ResolvedPhase {
     /// Whether its functions get probes: resolved, and not a sampled phase.
     pub fn is_probed(&self) -> bool {
         matches!(self.status, Status::Resolved)
-            && self.phase.measure != crate::profile::Measure::Sample
+            && self.phase.measure != crate::model::profile::Measure::Sample
     }
 
     /// Whether the phase is unresolved because its object was nowhere to be found (not

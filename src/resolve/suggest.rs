@@ -88,7 +88,7 @@ pub fn explain_missing(syms: &ObjectSymbols, pattern: &str) -> Option<String> {
     let clones: Vec<&str> = syms
         .fragments
         .iter()
-        .filter(|f| f.base == literal || super::demangle::demangle(&f.base) == literal)
+        .filter(|f| f.base == literal || crate::model::symbol::demangle(&f.base) == literal)
         .map(|f| f.name.as_str())
         .take(LIST_MAX)
         .collect();

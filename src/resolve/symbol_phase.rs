@@ -8,8 +8,9 @@
 
 use super::elf::{debuginfo, disasm, symbols};
 use super::go::prologue;
-use super::{matcher, suggest, Language, Loaded, ResolvedPhase, ResolvedSymbol, Status};
-use crate::profile::{Capture, Phase, ReturnMode, StringArg};
+use super::{matcher, suggest, Loaded, ResolvedPhase, ResolvedSymbol, Status};
+use crate::model::profile::{Capture, Phase, ReturnMode, StringArg};
+use crate::model::Language;
 
 /// The phase's own return mode, or `auto_mode` when it says `auto`.
 fn explicit_or(phase: &Phase, auto_mode: ReturnMode) -> ReturnMode {

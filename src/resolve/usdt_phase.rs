@@ -5,8 +5,9 @@
 //! [`ResolvedPhase`] with one target per start site, or unresolved with the reason and the
 //! nearest probe names.
 
-use super::{usdt, Language, Loaded, ResolvedPhase, ResolvedSymbol, Status};
-use crate::profile::{Capture, Phase, ReturnMode};
+use super::{usdt, Loaded, ResolvedPhase, ResolvedSymbol, Status};
+use crate::model::profile::{Capture, Phase, ReturnMode};
+use crate::model::Language;
 
 /// Resolves one USDT phase in its (already located) object: one target per start site, named
 /// `provider:name`; the done sites are the first target's exits (RET-site programs close the

@@ -21,7 +21,7 @@ use super::overhead::{unmatched_by_phase, OverheadWatch};
 use super::trace_loop::EndReason;
 use crate::aggregate::Aggregator;
 use crate::attach::Tracer;
-use crate::profile::Measure;
+use crate::model::profile::Measure;
 use crate::resolve::ResolvedPhase;
 
 /// What one phase's probes cost over the last second.

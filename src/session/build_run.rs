@@ -18,12 +18,12 @@ use super::trace_loop::EndReason;
 use crate::aggregate::sampled::SampledCounts;
 use crate::aggregate::Aggregator;
 use crate::collect::EndState;
+use crate::model::profile::Profile;
 use crate::model::{
     Calibration, Counters, ObjectInfo, PhaseInfo, PhaseTree, ProbeCost, ProcessRun, ProcessTree,
     Provenance, Run, StackProfile,
 };
 use crate::probe_cost;
-use crate::profile::Profile;
 use crate::resolve::{ResolvedPhase, Status};
 
 /// What a traced run leaves for [`build_run`].

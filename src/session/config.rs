@@ -17,7 +17,7 @@ use crate::args::{
 };
 use crate::attach::TracerOptions;
 use crate::error::WprofError;
-use crate::profile::{Measure, Profile};
+use crate::model::profile::{Measure, Profile};
 
 /// CPU samples a second per CPU that measure the sampled phases when the command line asks
 /// for no rate (`--cpu-sample`): ~0.5 ms between samples, so a phase taking 1% of a parent
@@ -279,7 +279,10 @@ fn split_phase(profile: &Profile, split_by: Option<&str>) -> Result<Option<u32>>
 }
 
 /// Applies a global `--return` override to every symbol phase.
-pub fn override_returns(profile: &Profile, mode: Option<crate::profile::ReturnMode>) -> Profile {
+pub fn override_returns(
+    profile: &Profile,
+    mode: Option<crate::model::profile::ReturnMode>,
+) -> Profile {
     let mut p = profile.clone();
     if let Some(m) = mode {
         for ph in &mut p.phases {
@@ -416,7 +419,7 @@ mod tests {
             .profile
             .phases
             .iter()
-            .all(|p| p.return_mode == crate::profile::ReturnMode::Uretprobe));
+            .all(|p| p.return_mode == crate::model::profile::ReturnMode::Uretprobe));
         let c = record(&["--interval", "1s", "--snapshots", "/tmp/s.jsonl"]).unwrap();
         assert_eq!(
             c.snapshots,

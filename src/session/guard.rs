@@ -13,7 +13,7 @@
 use anyhow::Result;
 
 use crate::attach::Tracer;
-use crate::profile::{Profile, ReturnMode};
+use crate::model::profile::{Profile, ReturnMode};
 use crate::resolve::{self, ResolvedPhase, ResolvedSymbol, Scope, Status};
 
 /// Where the unwinder starts walking a thread's stack: a throw, a cleanup's resume, a forced

@@ -17,7 +17,7 @@
 use anyhow::Result;
 
 use crate::attach::Tracer;
-use crate::profile::Profile;
+use crate::model::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
 
 /// The dynamic loader's soname on x86-64 glibc, and its hook.

@@ -18,8 +18,8 @@ use crate::aggregate::stacks::{
 use crate::aggregate::Aggregator;
 use crate::attach::Tracer;
 use crate::collect::{read_stacks, EndState};
+use crate::model::profile::Measure;
 use crate::model::StackProfile;
-use crate::profile::Measure;
 use crate::resolve::ResolvedPhase;
 use crate::symbolize::maps::MappingKind;
 use crate::symbolize::{restore_uretprobe_returns, MapsCache, ProcessMaps, StackSymbolizer};

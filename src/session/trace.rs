@@ -24,9 +24,9 @@ use crate::args::AggregateMode;
 use crate::attach::{process_alive, AttachSummary, Tracer};
 use crate::collect::{read_end_state, Collector};
 use crate::error::{exit, WprofError};
+use crate::model::profile::Profile;
 use crate::model::{Run, UnitSpec};
 use crate::probe_cost;
-use crate::profile::Profile;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
 
 /// One run, ready to attach: the BPF side loaded, the phases resolved, the probes' cost

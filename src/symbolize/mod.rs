@@ -30,7 +30,7 @@ use blazesym::MaybeDefault;
 pub use maps::{Mapping, MappingKind, MapsCache, ProcessMaps};
 pub use trampoline::restore_uretprobe_returns;
 
-use crate::resolve::demangle::demangle;
+use crate::model::symbol::demangle;
 
 /// Frame name for an address in no known mapping.
 pub const UNKNOWN: &str = "[unknown]";

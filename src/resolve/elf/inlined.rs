@@ -18,7 +18,7 @@ use gimli::{AttributeValue, DebugInfoOffset, DwTag, Dwarf, Unit};
 
 use super::dwarf::{with_dwarf, Reader};
 use super::symbols::ObjectSymbols;
-use crate::resolve::demangle::demangle;
+use crate::model::symbol::demangle;
 
 /// The inlined instances of one function.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,9 +23,9 @@ use object::{Endianness, FileKind, Object, ObjectSymbol};
 
 use super::debuginfo;
 use super::symtab::{add_go_functions, gather, Gathered, TableSource};
-use crate::resolve::demangle::{demangle, language_of};
+use crate::model::symbol::{demangle, language_of};
+use crate::model::Language;
 use crate::resolve::go::pclntab;
-use crate::resolve::Language;
 
 /// One name of a function.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -17,8 +17,9 @@ use std::path::Path;
 use anyhow::{bail, Context};
 use gimli::{Dwarf, Unit};
 
+use crate::model::Language;
 use crate::resolve::elf::dwarf::{with_dwarf_in, Reader};
-use crate::resolve::{Language, ResolvedPhase, Status};
+use crate::resolve::{ResolvedPhase, Status};
 
 /// Offsets, in bytes, of the two fields from a `g` to its thread's current goroutine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

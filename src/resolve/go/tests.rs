@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use crate::profile::{Capture, Profile};
+use crate::model::profile::{Capture, Profile};
+use crate::model::Language;
 use crate::resolve::*;
 
 /// The fixture's build script (also finds the Go toolchain).

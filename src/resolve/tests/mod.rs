@@ -7,7 +7,8 @@ use std::process::Command;
 use super::testutil::{build, nm_address, objdump_rets, readelf_offset, require, CXX_SRC};
 use super::*;
 use crate::error::WprofError;
-use crate::profile::Profile;
+use crate::model::profile::Profile;
+use crate::model::Language;
 
 const POSTGRES: &str = "/usr/lib/postgresql/15/bin/postgres";
 

@@ -1,4 +1,5 @@
-//! Demangling: a symbol table name -> the name profiles match against, and its language.
+//! Symbol names: a symbol table name -> the name profiles match against (demangled), and its
+//! source language.
 //!
 //! In: a raw symbol name (version already stripped) and whether its object is a Go binary.
 //! Out: the demangled name **without parameter list, return type or Rust hash** (a C name stays
@@ -9,7 +10,18 @@
 
 use cpp_demangle::{DemangleOptions, Symbol};
 
-use super::Language;
+/// Source language of a function, deciding the safe return detection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Language {
+    /// Plain C name.
+    C,
+    /// Itanium C++ mangling.
+    Cxx,
+    /// Rust, legacy or v0 mangling.
+    Rust,
+    /// Go (object has a Go build id).
+    Go,
+}
 
 /// Whole-function suffixes that compilers append and that are not part of the source name:
 /// LTO privatisation (`foo.lto_priv.0`) and LLVM's ThinLTO promotion (`foo.llvm.1234`).
