@@ -67,15 +67,46 @@ pub fn phases_named(names: &[&str]) -> Vec<PhaseInfo> {
         .collect()
 }
 
+/// The durations of the sample's calls, ns, by phase: 1000 writes, every 4th persisting.
+struct SampleCalls {
+    wal_sync: Vec<u64>,
+    wal_append: Vec<u64>,
+    compress: Vec<u64>,
+    flush: Vec<u64>,
+    persist: Vec<u64>,
+    encode: Vec<u64>,
+    /// `write_record`'s own time.
+    own: Vec<u64>,
+}
+
+impl SampleCalls {
+    fn new() -> SampleCalls {
+        let wal_sync = durations(1000, 140_000, 20_000);
+        let compress = durations(250, 380_000, 40_000);
+        let flush = durations(250, 170_000, 20_000);
+        SampleCalls {
+            wal_append: add(&wal_sync, &durations(1000, 2_500, 700)),
+            persist: add(&add(&compress, &flush), &durations(250, 18_000, 4_000)),
+            encode: durations(1000, 5_000, 1_800),
+            own: durations(1000, 2_600, 800),
+            wal_sync,
+            compress,
+            flush,
+        }
+    }
+}
+
 /// The sample tree.
 pub fn sample_tree() -> PhaseTree {
-    let wal_sync = durations(1000, 140_000, 20_000);
-    let wal_append = add(&wal_sync, &durations(1000, 2_500, 700));
-    let compress = durations(250, 380_000, 40_000);
-    let flush = durations(250, 170_000, 20_000);
-    let persist = add(&add(&compress, &flush), &durations(250, 18_000, 4_000));
-    let encode = durations(1000, 5_000, 1_800);
-    let own = durations(1000, 2_600, 800);
+    let SampleCalls {
+        wal_sync,
+        wal_append,
+        compress,
+        flush,
+        persist,
+        encode,
+        own,
+    } = SampleCalls::new();
     let write: Vec<u64> = (0..1000)
         .map(|i| {
             let p = if i % 4 == 0 { persist[i / 4] } else { 0 };
@@ -409,13 +440,15 @@ pub fn calibrated_run() -> Run {
 /// `persist_block` (every 4th) and the other 750 with `vacuum_page`'s 3. BPF's lost, abandoned
 /// and open counts stay in the merged tree; 4 spans were not attributed.
 pub fn split_run() -> Run {
-    let wal_sync = durations(1000, 140_000, 20_000);
-    let wal_append = add(&wal_sync, &durations(1000, 2_500, 700));
-    let compress = durations(250, 380_000, 40_000);
-    let flush = durations(250, 170_000, 20_000);
-    let persist = add(&add(&compress, &flush), &durations(250, 18_000, 4_000));
-    let encode = durations(1000, 5_000, 1_800);
-    let own = durations(1000, 2_600, 800);
+    let SampleCalls {
+        wal_sync,
+        wal_append,
+        compress,
+        flush,
+        persist,
+        encode,
+        own,
+    } = SampleCalls::new();
     let pick = |v: &[u64], with: bool| -> Vec<u64> {
         (0..v.len())
             .filter(|i| (i % 4 == 0) == with)
