@@ -227,6 +227,10 @@ pub struct OutputArgs {
     /// Write a Chrome/Perfetto trace (JSON) of the recorded spans.
     #[arg(long, value_name = "FILE.json")]
     pub trace: Option<PathBuf>,
+    /// Write the phase tree as a gzipped pprof profile (wall ns and calls per phase), for
+    /// Pyroscope, Parca or `go tool pprof`.
+    #[arg(long, value_name = "FILE.pb.gz")]
+    pub pprof: Option<PathBuf>,
     /// Write the CPU samples as folded stacks (phase path, then user and kernel frames).
     #[arg(long, value_name = "FILE", requires = "cpu_sample")]
     pub cpu_folded: Option<PathBuf>,

@@ -224,7 +224,13 @@ fn kernel_mode_counts_two_threads_exactly_and_out_dir_leaves_per_call_files_out(
     files.sort();
     assert_eq!(
         files,
-        ["phases.folded", "phases.svg", "run.json", "tree.txt"]
+        [
+            "phases.folded",
+            "phases.pb.gz",
+            "phases.svg",
+            "run.json",
+            "tree.txt"
+        ]
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(

@@ -143,3 +143,137 @@ fn events_csv_and_trace_of_a_recorded_run() {
         "report --format trace differs"
     );
 }
+
+/// The Go toolchain the Go fixture's build script finds (CI installs it: .ci/install.sh).
+fn go_toolchain() -> Option<std::path::PathBuf> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/go-parquet/build.sh"
+    );
+    let out = std::process::Command::new("bash")
+        .args([script, "--find-go"])
+        .output()
+        .ok()?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !path.is_empty()).then(|| path.into())
+}
+
+/// `go tool pprof -top -sample_index=INDEX`'s rows as name -> (flat, cum), in the unit `unit`
+/// given by `-unit` (`ns` for wall time; calls are plain numbers).
+fn pprof_top(
+    go: &std::path::Path,
+    profile: &std::path::Path,
+    index: &str,
+) -> Vec<(String, f64, f64)> {
+    let out = run(std::process::Command::new(go)
+        .args([
+            "tool",
+            "pprof",
+            "-top",
+            "-nodecount=1000",
+            "-nodefraction=0",
+        ])
+        .args([
+            "-edgefraction=0",
+            "-unit=ns",
+            &format!("-sample_index={index}"),
+        ])
+        .arg(profile));
+    assert!(
+        out.status.success(),
+        "go tool pprof failed:\n{}",
+        text(&out)
+    );
+    let number = |s: &str| -> f64 {
+        let digits: String = s
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == '.')
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number: {s:?}"))
+    };
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let rows: Vec<(String, f64, f64)> = stdout
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with("flat"))
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert!(f.len() >= 6, "pprof row {l:?}");
+            (f[5..].join(" "), number(f[0]), number(f[3]))
+        })
+        .collect();
+    assert!(!rows.is_empty(), "no rows in\n{stdout}");
+    rows
+}
+
+#[test]
+fn pprof_output_lists_the_phases_with_the_trees_totals() {
+    if !bpf_available() {
+        return;
+    }
+    let Some(go) = go_toolchain() else {
+        wprof::testing::require(false, "a Go toolchain for `go tool pprof` (.ci/install.sh)");
+        return;
+    };
+    let _lock = bpf_lock();
+    let dir = tempdir();
+    let (pprof, json) = (dir.path().join("phases.pb.gz"), dir.path().join("run.json"));
+    let out = run(wprof()
+        .args(["record", "-q", "--target", "fixture", "--pprof"])
+        .arg(&pprof)
+        .arg("--json")
+        .arg(&json)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "40"]));
+    assert!(out.status.success(), "wprof record failed:\n{}", text(&out));
+    let doc = read_json(&json);
+    // `report --format pprof` writes the same bytes from the saved run.
+    let again = dir.path().join("again.pb.gz");
+    let o = run(wprof()
+        .arg("report")
+        .arg(&json)
+        .args(["--format", "pprof", "-o"])
+        .arg(&again));
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        std::fs::read(&pprof).unwrap(),
+        std::fs::read(&again).unwrap()
+    );
+
+    let calls = pprof_top(&go, &pprof, "calls");
+    let wall = pprof_top(&go, &pprof, "wall");
+    for phase in [
+        "write_record",
+        "wal_append",
+        "wal_sync",
+        "persist_block",
+        "encode_record",
+    ] {
+        let want = count_anywhere(&doc, phase);
+        let got = calls.iter().find(|r| r.0 == phase).map(|r| r.1);
+        assert_eq!(got, Some(want as f64), "{phase} calls: {calls:?}");
+    }
+    // Cumulative wall time of the root = the tree's corrected total (pprof prints 4
+    // significant digits: within 0.1%).
+    let root = node(&doc, &["write_record"]);
+    let total = root["corrected"]["total_ns"]
+        .as_u64()
+        .unwrap_or_else(|| u(root, "total_ns")) as f64;
+    let cum = wall
+        .iter()
+        .find(|r| r.0 == "write_record")
+        .expect("write_record row")
+        .2;
+    assert!(
+        (cum - total).abs() <= total * 1e-3,
+        "write_record cum {cum} ns, tree {total} ns"
+    );
+    // Self time is a frame of its own per parent.
+    assert!(
+        wall.iter().any(|r| r.0 == "wal_sync (self)" && r.1 > 0.0),
+        "{wall:?}"
+    );
+}

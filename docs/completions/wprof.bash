@@ -109,7 +109,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__attach)
-            opts="-t -p -q -h --target --all-matches --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -p -q -h --target --all-matches --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -196,6 +196,10 @@ _wprof() {
                     return 0
                     ;;
                 --trace)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --pprof)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -623,7 +627,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__record)
-            opts="-t -q -h --target --all-matches --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --as-root --help"
+            opts="-t -q -h --target --all-matches --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --as-root --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -705,6 +709,10 @@ _wprof() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --pprof)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --cpu-folded)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -736,7 +744,7 @@ _wprof() {
             fi
             case "${prev}" in
                 --format)
-                    COMPREPLY=($(compgen -W "tree json folded svg csv trace cpu-folded cpu-svg offcpu-folded offcpu-svg" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "tree json folded svg csv trace cpu-folded cpu-svg offcpu-folded offcpu-svg pprof" -- "${cur}"))
                     return 0
                     ;;
                 --output)

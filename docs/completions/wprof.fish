@@ -62,6 +62,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand attach" -l folded -d 'Write 
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l flamegraph -d 'Write a phase flamegraph (SVG) of wall time by phase path' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l events -d 'Write one CSV row per root call: start, thread, total and each phase\'s time inside it' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l trace -d 'Write a Chrome/Perfetto trace (JSON) of the recorded spans' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l pprof -d 'Write the phase tree as a gzipped pprof profile (wall ns and calls per phase), for Pyroscope, Parca or `go tool pprof`' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-folded -d 'Write the CPU samples as folded stacks (phase path, then user and kernel frames)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
@@ -97,6 +98,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -l folded -d 'Write 
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l flamegraph -d 'Write a phase flamegraph (SVG) of wall time by phase path' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l events -d 'Write one CSV row per root call: start, thread, total and each phase\'s time inside it' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l trace -d 'Write a Chrome/Perfetto trace (JSON) of the recorded spans' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l pprof -d 'Write the phase tree as a gzipped pprof profile (wall ns and calls per phase), for Pyroscope, Parca or `go tool pprof`' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-folded -d 'Write the CPU samples as folded stacks (phase path, then user and kernel frames)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
@@ -130,7 +132,8 @@ trace\t'Chrome/Perfetto trace JSON'
 cpu-folded\t'CPU samples as folded stacks (runs recorded with --cpu-sample)'
 cpu-svg\t'The CPU flamegraph'
 offcpu-folded\t'Off-CPU time as folded stacks (runs recorded with --off-cpu)'
-offcpu-svg\t'The off-CPU flamegraph'"
+offcpu-svg\t'The off-CPU flamegraph'
+pprof\t'The phase tree as a gzipped pprof profile (wall ns and calls), for Pyroscope, Parca and `go tool pprof`'"
 complete -c wprof -n "__fish_wprof_using_subcommand report" -s o -l output -d 'Write to this file instead of stdout' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l tail -d 'Split root calls at this percentile (e.g. p95) and show, per phase, where the slow calls\' extra time went' -r
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l first -d 'Show the first N root calls (cold caches, plan building) apart from the rest' -r

@@ -37,6 +37,9 @@ pub enum Format {
     /// The off-CPU flamegraph.
     #[value(name = "offcpu-svg")]
     OffCpuSvg,
+    /// The phase tree as a gzipped pprof profile (wall ns and calls), for Pyroscope, Parca and
+    /// `go tool pprof`.
+    Pprof,
 }
 
 impl Format {
@@ -65,6 +68,7 @@ pub fn write(run: &Run, format: Format, w: &mut dyn Write) -> Result<()> {
             w.write_all(&buf)?;
         }
         Format::Csv => w.write_all(super::calls_csv(run).as_bytes())?,
+        Format::Pprof => super::pprof::pprof(run, w)?,
         Format::Trace => {
             serde_json::to_writer(&mut *w, &super::chrome_trace(run))?;
             writeln!(w)?;

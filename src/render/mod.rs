@@ -12,6 +12,7 @@ mod flamegraph;
 mod folded;
 mod footer;
 mod format;
+mod pprof;
 mod stack_flamegraph;
 #[cfg(test)]
 mod svg_frames;

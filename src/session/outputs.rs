@@ -26,6 +26,7 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
         jobs.push((dir.join("tree.txt"), Format::Tree));
         jobs.push((dir.join("phases.folded"), Format::Folded));
         jobs.push((dir.join("phases.svg"), Format::Svg));
+        jobs.push((dir.join("phases.pb.gz"), Format::Pprof));
         if run.provenance.aggregation == Aggregation::Kernel {
             eprintln!(
                 "wprof: {} has no calls.csv or trace.json: they need every call (--aggregate event)",
@@ -58,6 +59,9 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
     }
     if let Some(p) = &out.trace {
         jobs.push((p.clone(), Format::Trace));
+    }
+    if let Some(p) = &out.pprof {
+        jobs.push((p.clone(), Format::Pprof));
     }
     for (path, kind) in [
         (&out.cpu_folded, Format::CpuFolded),
@@ -104,6 +108,7 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
         &out.flamegraph,
         &out.events,
         &out.trace,
+        &out.pprof,
         &out.cpu_folded,
         &out.cpu_flamegraph,
         &out.off_cpu_folded,
