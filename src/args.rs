@@ -237,6 +237,9 @@ pub struct OutputArgs {
     /// Write the CPU flamegraph (SVG) of the samples, each stack under its phase.
     #[arg(long, value_name = "FILE.svg", requires = "cpu_sample")]
     pub cpu_flamegraph: Option<PathBuf>,
+    /// Write the CPU samples by phase as a gzipped pprof profile (samples and CPU ns).
+    #[arg(long, value_name = "FILE.pb.gz", requires = "cpu_sample")]
+    pub cpu_pprof: Option<PathBuf>,
     /// Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked).
     #[arg(long, value_name = "FILE", requires = "off_cpu")]
     pub off_cpu_folded: Option<PathBuf>,

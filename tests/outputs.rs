@@ -219,10 +219,16 @@ fn pprof_output_lists_the_phases_with_the_trees_totals() {
     };
     let _lock = bpf_lock();
     let dir = tempdir();
-    let (pprof, json) = (dir.path().join("phases.pb.gz"), dir.path().join("run.json"));
+    let (pprof, cpu, json) = (
+        dir.path().join("phases.pb.gz"),
+        dir.path().join("cpu.pb.gz"),
+        dir.path().join("run.json"),
+    );
     let out = run(wprof()
         .args(["record", "-q", "--target", "fixture", "--pprof"])
         .arg(&pprof)
+        .args(["--cpu-sample", "997", "--cpu-pprof"])
+        .arg(&cpu)
         .arg("--json")
         .arg(&json)
         .arg("--")

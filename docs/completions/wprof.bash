@@ -109,7 +109,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__attach)
-            opts="-t -p -q -h --target --all-matches --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -p -q -h --target --all-matches --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --cpu-pprof --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -208,6 +208,10 @@ _wprof() {
                     return 0
                     ;;
                 --cpu-flamegraph)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --cpu-pprof)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -627,7 +631,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__record)
-            opts="-t -q -h --target --all-matches --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --off-cpu-folded --off-cpu-flamegraph --as-root --help"
+            opts="-t -q -h --target --all-matches --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --cpu-pprof --off-cpu-folded --off-cpu-flamegraph --as-root --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -721,6 +725,10 @@ _wprof() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --cpu-pprof)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --off-cpu-folded)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -744,7 +752,7 @@ _wprof() {
             fi
             case "${prev}" in
                 --format)
-                    COMPREPLY=($(compgen -W "tree json folded svg csv trace cpu-folded cpu-svg offcpu-folded offcpu-svg pprof" -- "${cur}"))
+                    COMPREPLY=($(compgen -W "tree json folded svg csv trace cpu-folded cpu-svg offcpu-folded offcpu-svg pprof cpu-pprof" -- "${cur}"))
                     return 0
                     ;;
                 --output)

@@ -65,6 +65,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand attach" -l trace -d 'Write a
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l pprof -d 'Write the phase tree as a gzipped pprof profile (wall ns and calls per phase), for Pyroscope, Parca or `go tool pprof`' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-folded -d 'Write the CPU samples as folded stacks (phase path, then user and kernel frames)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand attach" -l cpu-pprof -d 'Write the CPU samples by phase as a gzipped pprof profile (samples and CPU ns)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l off-cpu-flamegraph -d 'Write the off-CPU flamegraph (SVG)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand attach" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
@@ -101,6 +102,7 @@ complete -c wprof -n "__fish_wprof_using_subcommand record" -l trace -d 'Write a
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l pprof -d 'Write the phase tree as a gzipped pprof profile (wall ns and calls per phase), for Pyroscope, Parca or `go tool pprof`' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-folded -d 'Write the CPU samples as folded stacks (phase path, then user and kernel frames)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-flamegraph -d 'Write the CPU flamegraph (SVG) of the samples, each stack under its phase' -r -F
+complete -c wprof -n "__fish_wprof_using_subcommand record" -l cpu-pprof -d 'Write the CPU samples by phase as a gzipped pprof profile (samples and CPU ns)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-folded -d 'Write off-CPU time as folded stacks, in ns (phase path, then where the thread blocked)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l off-cpu-flamegraph -d 'Write the off-CPU flamegraph (SVG)' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand record" -l all-matches -d 'Take every function a phase\'s pattern matches, for every phase (as `all_matches = true` on each): without it a pattern that matches several functions is an error listing them'
@@ -133,7 +135,8 @@ cpu-folded\t'CPU samples as folded stacks (runs recorded with --cpu-sample)'
 cpu-svg\t'The CPU flamegraph'
 offcpu-folded\t'Off-CPU time as folded stacks (runs recorded with --off-cpu)'
 offcpu-svg\t'The off-CPU flamegraph'
-pprof\t'The phase tree as a gzipped pprof profile (wall ns and calls), for Pyroscope, Parca and `go tool pprof`'"
+pprof\t'The phase tree as a gzipped pprof profile (wall ns and calls), for Pyroscope, Parca and `go tool pprof`'
+cpu-pprof\t'The CPU samples by phase as a gzipped pprof profile (runs recorded with --cpu-sample)'"
 complete -c wprof -n "__fish_wprof_using_subcommand report" -s o -l output -d 'Write to this file instead of stdout' -r -F
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l tail -d 'Split root calls at this percentile (e.g. p95) and show, per phase, where the slow calls\' extra time went' -r
 complete -c wprof -n "__fish_wprof_using_subcommand report" -l first -d 'Show the first N root calls (cold caches, plan building) apart from the rest' -r

@@ -40,6 +40,8 @@ pub enum Format {
     /// The phase tree as a gzipped pprof profile (wall ns and calls), for Pyroscope, Parca and
     /// `go tool pprof`.
     Pprof,
+    /// The CPU samples by phase as a gzipped pprof profile (runs recorded with --cpu-sample).
+    CpuPprof,
 }
 
 impl Format {
@@ -73,9 +75,13 @@ pub fn write(run: &Run, format: Format, w: &mut dyn Write) -> Result<()> {
             serde_json::to_writer(&mut *w, &super::chrome_trace(run))?;
             writeln!(w)?;
         }
-        Format::CpuFolded | Format::CpuSvg | Format::OffCpuFolded | Format::OffCpuSvg => {
+        Format::CpuFolded
+        | Format::CpuSvg
+        | Format::CpuPprof
+        | Format::OffCpuFolded
+        | Format::OffCpuSvg => {
             let (profile, stack_kind, what, flag) = match format {
-                Format::CpuFolded | Format::CpuSvg => {
+                Format::CpuFolded | Format::CpuSvg | Format::CpuPprof => {
                     (&run.cpu, StackKind::Cpu, "CPU samples", "--cpu-sample HZ")
                 }
                 _ => (&run.off_cpu, StackKind::OffCpu, "off-CPU time", "--off-cpu"),
@@ -86,7 +92,9 @@ pub fn write(run: &Run, format: Format, w: &mut dyn Write) -> Result<()> {
                 ))
                 .into());
             };
-            if matches!(format, Format::CpuFolded | Format::OffCpuFolded) {
+            if format == Format::CpuPprof {
+                super::pprof::cpu_pprof(run, profile, w)?;
+            } else if matches!(format, Format::CpuFolded | Format::OffCpuFolded) {
                 w.write_all(profile.folded().as_bytes())?;
             } else {
                 let title = format!("wprof: {} — {what} by phase", run.provenance.profile_name);

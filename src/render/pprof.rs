@@ -7,7 +7,9 @@
 //! ending at the node itself. `go tool pprof -top` then shows each phase's cumulative wall time
 //! as the tree's total and its flat calls as the tree's count (a phase reached through two
 //! paths is one function: pprof adds them up, as the tree's rows under both parents would).
-//! Corrected times are written when the run has them, raw ones otherwise. The messages are
+//! Corrected times are written when the run has them, raw ones otherwise. The CPU samples
+//! (`--cpu-sample`) are a profile of their own: a sample per folded stack, phases outermost,
+//! then the user and kernel frames. The messages are
 //! declared here with prost's derive (no .proto compiler needed): only the fields wprof fills.
 
 use std::collections::HashMap;
@@ -16,7 +18,7 @@ use std::io::Write;
 use anyhow::Result;
 use prost::Message;
 
-use crate::model::{Run, TreeNode};
+use crate::model::{Run, StackProfile, TreeNode};
 
 /// `perftools.profiles.Profile`, the fields wprof writes.
 #[derive(Clone, PartialEq, Message)]
@@ -148,25 +150,49 @@ impl Builder {
         stack.remove(0);
     }
 
-    fn sample(&mut self, location_id: Vec<u64>, wall_ns: u64, calls: u64) {
+    /// A sample of the two values, in the order of the sample types.
+    fn sample(&mut self, location_id: Vec<u64>, first: u64, second: u64) {
         let clamp = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.profile.sample.push(Sample {
             location_id,
-            value: vec![clamp(wall_ns), clamp(calls)],
+            value: vec![clamp(first), clamp(second)],
         });
+    }
+
+    fn sample_types(&mut self, types: &[(&str, &str)]) {
+        for (kind, unit) in types {
+            let vt = ValueType {
+                r#type: self.string(kind),
+                unit: self.string(unit),
+            };
+            self.profile.sample_type.push(vt);
+        }
+    }
+
+    /// Stamps the run's time and a comment saying what the profile holds, and writes it
+    /// gzipped, as pprof files are.
+    fn finish(mut self, run: &Run, what: &str, w: &mut dyn Write) -> Result<()> {
+        let comment = format!(
+            "wprof {}: profile {}, {what}",
+            run.provenance.wprof_version, run.provenance.profile_name
+        );
+        let c = self.string(&comment);
+        self.profile.comment.push(c);
+        self.profile.time_nanos = i64::try_from(run.provenance.started_unix)
+            .unwrap_or(0)
+            .saturating_mul(1_000_000_000);
+        self.profile.duration_nanos = (run.provenance.duration_s * 1e9) as i64;
+        let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
+        gz.write_all(&self.profile.encode_to_vec())?;
+        gz.finish()?;
+        Ok(())
     }
 }
 
 /// The run's phase tree as a gzipped pprof profile.
 pub fn pprof(run: &Run, w: &mut dyn Write) -> Result<()> {
     let mut b = Builder::default();
-    for (kind, unit) in [("wall", "nanoseconds"), ("calls", "count")] {
-        let vt = ValueType {
-            r#type: b.string(kind),
-            unit: b.string(unit),
-        };
-        b.profile.sample_type.push(vt);
-    }
+    b.sample_types(&[("wall", "nanoseconds"), ("calls", "count")]);
     for root in &run.tree.roots {
         b.node(root, &mut Vec::new());
     }
@@ -175,20 +201,26 @@ pub fn pprof(run: &Run, w: &mut dyn Write) -> Result<()> {
     } else {
         "as measured"
     };
-    let comment = format!(
-        "wprof {}: profile {} phases, wall time {what}",
-        run.provenance.wprof_version, run.provenance.profile_name
-    );
-    let c = b.string(&comment);
-    b.profile.comment.push(c);
-    b.profile.time_nanos = i64::try_from(run.provenance.started_unix)
-        .unwrap_or(0)
-        .saturating_mul(1_000_000_000);
-    b.profile.duration_nanos = (run.provenance.duration_s * 1e9) as i64;
-    let mut gz = flate2::write::GzEncoder::new(w, flate2::Compression::default());
-    gz.write_all(&b.profile.encode_to_vec())?;
-    gz.finish()?;
-    Ok(())
+    b.finish(run, &format!("phases, wall time {what}"), w)
+}
+
+/// The CPU samples of a run as a gzipped pprof profile: each folded stack (phase path, then
+/// user and kernel frames) is a sample, with its count and the CPU time it stands for (a
+/// sample per 1/frequency seconds per CPU).
+pub fn cpu_pprof(run: &Run, cpu: &StackProfile, w: &mut dyn Write) -> Result<()> {
+    let mut b = Builder::default();
+    b.sample_types(&[("samples", "count"), ("cpu", "nanoseconds")]);
+    let period_ns = cpu
+        .frequency_hz
+        .filter(|&hz| hz > 0)
+        .map_or(0, |hz| 1_000_000_000 / hz);
+    for s in &cpu.stacks {
+        let mut stack: Vec<u64> = s.stack.split(';').map(|f| b.frame(f)).collect();
+        stack.reverse();
+        b.sample(stack, s.weight, s.weight.saturating_mul(period_ns));
+    }
+    // pprof's own order of values for a CPU profile is [samples, cpu].
+    b.finish(run, "CPU samples by phase", w)
 }
 
 #[cfg(test)]
@@ -253,6 +285,43 @@ mod tests {
         let own = top["write_record (self)"];
         assert_eq!(own.0, run.tree.roots[0].self_ns as i64);
         assert_eq!(p.string_table[0], "");
+    }
+
+    #[test]
+    fn cpu_samples_keep_their_stacks_under_their_phases() {
+        let mut run = sample_run();
+        let cpu = StackProfile {
+            unit: "samples".into(),
+            frequency_hz: Some(100),
+            records: 5,
+            lost: 0,
+            stacks: vec![
+                crate::model::FoldedStack {
+                    stack: "write_record;wal_append;main;fsync_[k]".into(),
+                    weight: 3,
+                },
+                crate::model::FoldedStack {
+                    stack: "[outside phases];main".into(),
+                    weight: 2,
+                },
+            ],
+        };
+        run.cpu = Some(cpu.clone());
+        let mut gz = Vec::new();
+        cpu_pprof(&run, &cpu, &mut gz).unwrap();
+        let mut raw = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut raw)
+            .unwrap();
+        let p = Profile::decode(&raw[..]).unwrap();
+        let name = |loc: u64| p.string_table[p.function[(loc - 1) as usize].name as usize].clone();
+        let first = &p.sample[0];
+        let names: Vec<String> = first.location_id.iter().map(|&l| name(l)).collect();
+        assert_eq!(names, ["fsync_[k]", "main", "wal_append", "write_record"]);
+        assert_eq!(first.value, [3, 30_000_000]);
+        assert_eq!(p.sample[1].value, [2, 20_000_000]);
+        // `main` is one function in both stacks.
+        assert_eq!(p.function.len(), 5);
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
         if run.cpu.is_some() {
             jobs.push((dir.join("cpu.folded"), Format::CpuFolded));
             jobs.push((dir.join("cpu.svg"), Format::CpuSvg));
+            jobs.push((dir.join("cpu.pb.gz"), Format::CpuPprof));
         }
         if run.off_cpu.is_some() {
             jobs.push((dir.join("offcpu.folded"), Format::OffCpuFolded));
@@ -66,6 +67,7 @@ pub fn write_outputs(run: &Run, out: &OutputArgs, quiet: bool) -> Result<()> {
     for (path, kind) in [
         (&out.cpu_folded, Format::CpuFolded),
         (&out.cpu_flamegraph, Format::CpuSvg),
+        (&out.cpu_pprof, Format::CpuPprof),
         (&out.off_cpu_folded, Format::OffCpuFolded),
         (&out.off_cpu_flamegraph, Format::OffCpuSvg),
     ] {
@@ -111,6 +113,7 @@ pub fn check_output_paths(out: &OutputArgs) -> Result<()> {
         &out.pprof,
         &out.cpu_folded,
         &out.cpu_flamegraph,
+        &out.cpu_pprof,
         &out.off_cpu_folded,
         &out.off_cpu_flamegraph,
     ];
