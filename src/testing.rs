@@ -18,6 +18,26 @@ pub fn require(available: bool, what: &str) -> bool {
     available
 }
 
+/// A Go toolchain new enough for the Go fixture, as its build script finds it
+/// (tests/fixtures/go-parquet/build.sh --find-go; CI installs one: .ci/install.sh). Looked up
+/// once per test binary.
+pub fn go_toolchain() -> Option<std::path::PathBuf> {
+    static GO: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    GO.get_or_init(|| {
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/go-parquet/build.sh"
+        );
+        let out = Command::new("bash")
+            .args([script, "--find-go"])
+            .output()
+            .ok()?;
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        (out.status.success() && !path.is_empty()).then(|| path.into())
+    })
+    .clone()
+}
+
 const VALIDATE: &str = r#"
 import json, sys, jsonschema
 schema = json.load(open(sys.argv[1]))

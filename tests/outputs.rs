@@ -144,20 +144,6 @@ fn events_csv_and_trace_of_a_recorded_run() {
     );
 }
 
-/// The Go toolchain the Go fixture's build script finds (CI installs it: .ci/install.sh).
-fn go_toolchain() -> Option<std::path::PathBuf> {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/go-parquet/build.sh"
-    );
-    let out = std::process::Command::new("bash")
-        .args([script, "--find-go"])
-        .output()
-        .ok()?;
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    (out.status.success() && !path.is_empty()).then(|| path.into())
-}
-
 /// `go tool pprof -top -sample_index=INDEX`'s rows as name -> (flat, cum), in the unit `unit`
 /// given by `-unit` (`ns` for wall time; calls are plain numbers).
 fn pprof_top(
@@ -213,7 +199,7 @@ fn pprof_output_lists_the_phases_with_the_trees_totals() {
     if !bpf_available() {
         return;
     }
-    let Some(go) = go_toolchain() else {
+    let Some(go) = wprof::testing::go_toolchain() else {
         wprof::testing::require(false, "a Go toolchain for `go tool pprof` (.ci/install.sh)");
         return;
     };

@@ -126,28 +126,22 @@ impl Builder {
         id
     }
 
-    /// Adds `node` and its subtree; `stack` holds the ancestors' location ids, leaf first.
+    /// Adds `node` and its subtree; `stack` holds the ancestors' location ids, root first.
     fn node(&mut self, node: &TreeNode, stack: &mut Vec<u64>) {
         let label = node.label();
-        let id = self.frame(&label);
-        stack.insert(0, id);
-        let (self_ns, _) = match &node.corrected {
-            Some(c) => (c.self_ns, c.total_ns),
-            None => (node.self_ns, node.total_ns),
-        };
+        stack.push(self.frame(&label));
+        let self_ns = node.corrected.as_ref().map_or(node.self_ns, |c| c.self_ns);
         if self_ns > 0 {
             let own = self.frame(&format!("{label} (self)"));
-            let mut s = stack.clone();
-            s.insert(0, own);
-            self.sample(s, self_ns, 0);
+            self.sample(leaf_first(stack, Some(own)), self_ns, 0);
         }
         if node.count > 0 {
-            self.sample(stack.clone(), 0, node.count);
+            self.sample(leaf_first(stack, None), 0, node.count);
         }
         for c in &node.children {
             self.node(c, stack);
         }
-        stack.remove(0);
+        stack.pop();
     }
 
     /// A sample of the two values, in the order of the sample types.
@@ -189,6 +183,14 @@ impl Builder {
     }
 }
 
+/// A sample's locations, leaf first as pprof wants them: `leaf`, then `stack` (root first) from
+/// its end.
+fn leaf_first(stack: &[u64], leaf: Option<u64>) -> Vec<u64> {
+    leaf.into_iter()
+        .chain(stack.iter().rev().copied())
+        .collect()
+}
+
 /// The run's phase tree as a gzipped pprof profile.
 pub fn pprof(run: &Run, w: &mut dyn Write) -> Result<()> {
     let mut b = Builder::default();
@@ -215,9 +217,12 @@ pub fn cpu_pprof(run: &Run, cpu: &StackProfile, w: &mut dyn Write) -> Result<()>
         .filter(|&hz| hz > 0)
         .map_or(0, |hz| 1_000_000_000 / hz);
     for s in &cpu.stacks {
-        let mut stack: Vec<u64> = s.stack.split(';').map(|f| b.frame(f)).collect();
-        stack.reverse();
-        b.sample(stack, s.weight, s.weight.saturating_mul(period_ns));
+        let stack: Vec<u64> = s.stack.split(';').map(|f| b.frame(f)).collect();
+        b.sample(
+            leaf_first(&stack, None),
+            s.weight,
+            s.weight.saturating_mul(period_ns),
+        );
     }
     // pprof's own order of values for a CPU profile is [samples, cpu].
     b.finish(run, "CPU samples by phase", w)

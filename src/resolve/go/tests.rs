@@ -16,19 +16,9 @@ fn build_script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/go-parquet/build.sh")
 }
 
-/// A Go toolchain new enough for the fixture, as its build script finds it.
+/// A Go toolchain new enough for the fixture.
 fn go() -> Option<PathBuf> {
-    static GO: OnceLock<Option<PathBuf>> = OnceLock::new();
-    GO.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(build_script())
-            .arg("--find-go")
-            .output()
-            .ok()?;
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        (out.status.success() && !path.is_empty()).then(|| PathBuf::from(path))
-    })
-    .clone()
+    crate::testing::go_toolchain()
 }
 
 /// True when Go is there; else skips loudly, or fails under WPROF_REQUIRE_BPF=1 (CI installs
