@@ -30,7 +30,7 @@ for k, (n, t, c) in sorted(b.items()):
         print(f"  {n:20s} {c - a[k][2]:9d} runs {(t - a[k][1]) / (c - a[k][2]):6.0f} ns/run")
 PY
 }
-for mode in event kernel; do
+for mode in ${MODES:-event kernel}; do
   echo "== --aggregate $mode"
   "$W" record -q --aggregate "$mode" --target fixture --json /tmp/wprof-bpf-runtime.json -- \
     "$prog" --iterations "$N" "${zero[@]}" >/dev/null &

@@ -44,7 +44,8 @@ impl EndState {
     }
 }
 
-/// Decodes one span or node-definition record. Other records are ignored (None).
+/// Decodes one node-definition record, or the first span of a span record. Other records
+/// are ignored (None).
 #[inline]
 pub fn decode(bytes: &[u8]) -> Option<Event> {
     match record_kind(bytes) {
@@ -106,9 +107,12 @@ impl Collector {
         const NODE_KEY: u32 = EventKind::NodeKey as u32;
         while let Some(item) = self.ring.next() {
             match record_kind(&item) {
-                Some(SPAN | NODE_DEF | FORK | MAPS_CHANGED) => {
-                    read(&item).iter().for_each(&mut sink)
-                }
+                // A thread's queued spans come as one record (`span_queue` in probes/).
+                Some(SPAN) => item
+                    .chunks_exact(std::mem::size_of::<Event>())
+                    .filter_map(read)
+                    .for_each(|e| sink(&e)),
+                Some(NODE_DEF | FORK | MAPS_CHANGED) => read(&item).iter().for_each(&mut sink),
                 Some(CPU_SAMPLE | OFF_CPU) => read(&item).iter().for_each(&mut stacks),
                 Some(NODE_KEY) => {
                     if let Some(k) = read::<NodeKey>(&item) {
@@ -121,6 +125,19 @@ impl Collector {
         }
         n
     }
+}
+
+/// Hands `sink` the completed calls still queued on the threads' stacks (BPF sends a thread's
+/// queue when its root call returns: a call completed inside a root call still open at the
+/// end waits there). Call after the probes are detached, so nothing is queued meanwhile.
+pub fn drain_queued(tracer: &mut Tracer, mut sink: impl FnMut(&Event)) -> Result<()> {
+    let stacks = tracer.stacks()?;
+    for item in stacks.iter() {
+        let (_, st) = item.context("read STACKS")?;
+        let n = (st.pending as usize).min(st.spans.len());
+        st.spans[..n].iter().for_each(&mut sink);
+    }
+    Ok(())
 }
 
 /// Reads the stacks the run's records refer to from the `STACK_TRACES` map: id -> addresses,

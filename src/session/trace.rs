@@ -22,7 +22,7 @@ use super::{budget, instances, overhead, processes, snapshots, stacks};
 use crate::aggregate::{Aggregator, DEFAULT_MAX_SPANS};
 use crate::args::AggregateMode;
 use crate::attach::{process_alive, AttachSummary, Tracer};
-use crate::collect::{read_end_state, Collector};
+use crate::collect::{drain_queued, read_end_state, Collector};
 use crate::error::{exit, WprofError};
 use crate::model::profile::Profile;
 use crate::model::{Run, UnitSpec};
@@ -345,6 +345,7 @@ impl<'c> Session<'c> {
         };
         tracer.detach();
         collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
+        drain_queued(tracer, |e| agg.add(e)).context("read the calls still queued in BPF")?;
         agg.add_keys(collector.take_keys());
         labels.forks(&agg.take_forks());
         labels.refresh(agg.pids());

@@ -39,6 +39,7 @@ mod probe;
 mod sampling;
 mod scope;
 mod site;
+mod span_queue;
 mod stack;
 mod unwind_guard;
 mod usdt;

@@ -121,7 +121,7 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
     if !inside(st, site.under) {
         pc.outside_under += 1;
         if st.len == 0 {
-            release_stack(who.key);
+            release_stack(st, who.key);
         }
         return Ok(());
     }

@@ -14,6 +14,7 @@ use wprof_common::{config, Event, EventKind, CALIBRATION_FIRST_PHASE, MAX_DEPTH}
 
 use crate::events::emit;
 use crate::maps::{count_abandoned, CONFIG};
+use crate::span_queue::send_queued;
 use crate::stack::{slot, STACKS};
 
 /// Processes being traced (tgid -> 1), filled by userspace and, with `--follow-forks`, by
@@ -93,7 +94,9 @@ pub(crate) fn thread_exit() -> u32 {
     if tid != (key >> 32) as u32 && TRACED.get_ptr(&tid).is_some() {
         let _ = TRACED.remove(&tid);
     }
-    if let Some(st) = STACKS.get_ptr(&key) {
+    if let Some(st) = STACKS.get_ptr_mut(&key) {
+        // SAFETY: the exiting thread's own stack; its completed calls are sent before it goes.
+        send_queued(unsafe { &mut *st });
         // SAFETY: the exiting thread's own stack, read before it is removed.
         let len = unsafe { (*st).len } as usize;
         for i in 0..MAX_DEPTH {

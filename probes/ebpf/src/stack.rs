@@ -13,14 +13,15 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray},
 };
 use wprof_common::{
-    config, counter, Event, EventKind, PhaseCounters, ThreadStack, CALIBRATION_FIRST_PHASE,
+    config, counter, Event, EventKind, PhaseCounters, ThreadStack,
     FRAME_URETPROBE, GOROUTINE_KEY_BIT, MAX_DEPTH, MAX_THREADS,
 };
 
-use crate::events::{define_node, emit, node_hash};
+use crate::events::{define_node, node_hash};
 use crate::go::{emit_stw, stw_total, GO_PROCS};
 use crate::kernel_agg::aggregate_call;
-use crate::maps::{bump, count_abandoned, count_lost, get_or_insert_with, CONFIG, PHASE_COSTS};
+use crate::span_queue::{queue_span, send_queued};
+use crate::maps::{bump, count_abandoned, get_or_insert_with, CONFIG, PHASE_COSTS};
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
 /// `goroutine_key`). Allocated on the first entry; freed as `release_stack` says.
@@ -149,10 +150,12 @@ pub(crate) fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64
 /// copies a whole `ThreadStack` (~13 KB) from `SCRATCH`, which every root call paid when it was
 /// freed at depth 0.
 #[inline(always)]
-pub(crate) fn release_stack(key: u64) {
+pub(crate) fn release_stack(st: &mut ThreadStack, key: u64) {
     if key & GOROUTINE_KEY_BIT != 0
         || CONFIG.get(config::KEEP_THREAD_STACKS).copied().unwrap_or(0) == 0
     {
+        // Its queued spans go first: the stack's memory goes with it.
+        send_queued(st);
         let _ = STACKS.remove(&key);
     }
 }
@@ -166,6 +169,7 @@ pub(crate) fn stack_for(key: u64) -> Option<&'static mut ThreadStack> {
         let scratch = unsafe { &mut *scratch };
         scratch.len = 0;
         scratch.tramp = 0;
+        scratch.pending = 0;
         scratch.tgid = if key & GOROUTINE_KEY_BIT != 0 {
             let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
             let one = 1u8;
@@ -321,11 +325,11 @@ pub(crate) fn pop_frame(
         p.node
     };
     st.len = depth as u32;
-    if depth == 0 {
-        release_stack(who.key);
-    }
     let arg = retval.unwrap_or(top.arg);
     if kernel_aggregate {
+        if depth == 0 {
+            release_stack(st, who.key);
+        }
         aggregate_call(&top, dur, arg, cost.own_ns);
         return Ok(());
     }
@@ -346,10 +350,9 @@ pub(crate) fn pop_frame(
         desc_probe_ns: top.desc_probe_ns,
         stack: who.key,
     };
-    // A calibration call lost to a full ring (at the end of a run, with the run's calls
-    // still coming) only lacks a sample: not the run's loss.
-    if !emit(span) && phase < CALIBRATION_FIRST_PHASE {
-        count_lost(top.node);
+    queue_span(st, span, now, depth == 0);
+    if depth == 0 {
+        release_stack(st, who.key);
     }
     Ok(())
 }
