@@ -35,6 +35,9 @@ pub enum Command {
     Compare(CompareArgs),
     /// Test hypotheses against a run: SUPPORTED / REFUTED / INCONCLUSIVE (exit 3 if refuted).
     Check(CheckArgs),
+    /// Merge runs of one profile from many hosts into one run (JSON on stdout): counts and
+    /// histograms add, every host's provenance is kept; report, compare and check read it.
+    Merge(MergeArgs),
     /// Write a profile as a bpftrace script or as `perf probe` commands (same probe sites as
     /// wprof), for hosts where wprof cannot run or to compare with the peers.
     Export(ExportArgs),
@@ -404,6 +407,17 @@ pub struct CompareArgs {
     /// Also write a differential off-CPU flamegraph (both runs recorded with --off-cpu).
     #[arg(long, value_name = "FILE.svg")]
     pub off_cpu_flamegraph: Option<PathBuf>,
+}
+
+/// `wprof merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The runs to merge (--json files of one profile; a merged run may be merged again).
+    #[arg(required = true, num_args = 2.., value_name = "RUN.json")]
+    pub runs: Vec<PathBuf>,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 /// `wprof check`.

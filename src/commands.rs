@@ -1,10 +1,11 @@
-//! The subcommands that do not trace: `probes` (dry run), `targets`, `report`.
+//! The subcommands that do not trace: `probes` (dry run), `targets`, `report`, `merge`,
+//! `export`.
 
 use std::io::Write;
 
 use anyhow::Result;
 
-use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ResolveArgs, TargetArgs};
+use crate::args::{ExportArgs, MergeArgs, ProbesArgs, ReportArgs, ResolveArgs, TargetArgs};
 use crate::error::WprofError;
 use crate::model::profile::{Profile, BUILTIN};
 use crate::probe_cost;
@@ -338,6 +339,15 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         ))
         .into());
     }
+    if a.first.is_some() && !run.provenance.sources.is_empty() {
+        return Err(WprofError::Usage(format!(
+            "{} merges the runs of {}: their root calls' start times are each host's own clock, \
+             so there is no first N of them; ask --first of one host's run",
+            a.run.display(),
+            run.provenance.host
+        ))
+        .into());
+    }
     if a.tail.is_some() || a.first.is_some() {
         use crate::analyze::tail;
         let mut text = String::new();
@@ -356,6 +366,30 @@ pub fn report(a: ReportArgs) -> Result<i32> {
     // Rendered first, so a run that lacks what was asked for leaves no empty file behind.
     let mut buf = Vec::new();
     crate::render::write(&run, a.format, &mut buf)?;
+    match &a.output {
+        Some(p) => crate::output_file::write(p, &buf)?,
+        None => crate::stdout::Stdout.write_all(&buf)?,
+    }
+    Ok(0)
+}
+
+/// `wprof merge A.json B.json ...`: one run of the fleet (JSON, as `report --format json`
+/// writes it), and on stderr what the merge left out.
+pub fn merge(a: MergeArgs) -> Result<i32> {
+    let inputs = (a.runs.iter())
+        .map(|p| {
+            Ok(crate::aggregate::merge::Input {
+                file: p.display().to_string(),
+                run: crate::model::json::read_run_file(p)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let merged = crate::aggregate::merge::merge(inputs)?;
+    for w in &merged.warnings {
+        eprintln!("wprof: warning: {w}");
+    }
+    let mut buf = Vec::new();
+    crate::render::write(&merged.run, crate::render::Format::Json, &mut buf)?;
     match &a.output {
         Some(p) => crate::output_file::write(p, &buf)?,
         None => crate::stdout::Stdout.write_all(&buf)?,
