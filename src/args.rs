@@ -568,4 +568,20 @@ mod tests {
         assert!(Cli::try_parse_from(["wprof", "attach", "-t", "fixture"]).is_err());
         assert!(Cli::try_parse_from(["wprof", "attach", "-t", "x", "-p", "0"]).is_err());
     }
+
+    #[test]
+    fn merge_takes_two_runs_or_more_and_an_optional_output() {
+        let e = Cli::try_parse_from(["wprof", "merge", "a.json"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::TooFewValues);
+        let Command::Merge(m) = Cli::try_parse_from([
+            "wprof", "merge", "a.json", "b.json", "c.json", "-o", "f.json",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not merge")
+        };
+        assert_eq!(m.runs.len(), 3);
+        assert_eq!(m.output, Some(PathBuf::from("f.json")));
+    }
 }
