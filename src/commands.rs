@@ -314,6 +314,24 @@ fn check_split(run: &crate::model::Run, phase: &str, path: &std::path::Path) -> 
     Err(WprofError::Usage(text).into())
 }
 
+/// A merged run (`wprof merge`) has no single timeline: its root calls' start times are each
+/// host's own clock, and the span log was left out. What needs one is refused, naming it.
+fn check_merged(run: &crate::model::Run, a: &ReportArgs) -> Result<()> {
+    let what = match (a.first.is_some(), a.format) {
+        _ if run.provenance.sources.is_empty() => return Ok(()),
+        (true, _) => "--first (no first N of root calls timed by different clocks)",
+        (_, crate::render::Format::Trace) => "--format trace (the span log is not merged)",
+        _ => return Ok(()),
+    };
+    Err(WprofError::Usage(format!(
+        "{} merges the runs of {}, whose timestamps are each host's own clock: no {what}; ask it \
+         of one host's run",
+        a.run.display(),
+        run.provenance.host
+    ))
+    .into())
+}
+
 /// `wprof report RUN.json`: re-renders a saved run.
 pub fn report(a: ReportArgs) -> Result<i32> {
     let mut run = crate::model::json::read_run_file(&a.run)?;
@@ -339,15 +357,7 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         ))
         .into());
     }
-    if a.first.is_some() && !run.provenance.sources.is_empty() {
-        return Err(WprofError::Usage(format!(
-            "{} merges the runs of {}: their root calls' start times are each host's own clock, \
-             so there is no first N of them; ask --first of one host's run",
-            a.run.display(),
-            run.provenance.host
-        ))
-        .into());
-    }
+    check_merged(&run, &a)?;
     if a.tail.is_some() || a.first.is_some() {
         use crate::analyze::tail;
         let mut text = String::new();

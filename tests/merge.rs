@@ -118,11 +118,38 @@ fn two_recorded_runs_merge_exactly_and_report_compare_and_check_read_the_result(
     assert!(tree.starts_with("merged run of 2 hosts"), "{tree}");
     assert!(tree.contains("host-b") && tree.contains(&host_a), "{tree}");
     assert!(tree.contains("n=100"), "{tree}");
-    // --first has no meaning over several hosts' clocks; --tail has.
-    let o = run(wprof().arg("report").arg(&fleet).args(["--first", "5"]));
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    let o = run(wprof().arg("report").arg(&fleet).args(["--tail", "p90"]));
-    assert!(o.status.success(), "{}", text(&o));
+    // --first and the trace have no meaning over several hosts' clocks; --tail and csv have.
+    for no_timeline in [&["--first", "5"][..], &["--format", "trace"]] {
+        let o = run(wprof().arg("report").arg(&fleet).args(no_timeline));
+        assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains("each host's own clock"),
+            "{}",
+            text(&o)
+        );
+    }
+    for fine in [
+        &["--tail", "p90"][..],
+        &["--format", "csv"],
+        &["--format", "pprof", "-o"],
+    ] {
+        let mut cmd = wprof();
+        cmd.arg("report").arg(&fleet).args(fine);
+        if fine.last() == Some(&"-o") {
+            cmd.arg(d.join("fleet.pb.gz"));
+        }
+        let o = run(&mut cmd);
+        assert!(o.status.success(), "{fine:?}: {}", text(&o));
+    }
+    let csv = String::from_utf8_lossy(
+        &run(wprof().arg("report").arg(&fleet).args(["--format", "csv"])).stdout,
+    )
+    .into_owned();
+    assert_eq!(
+        csv.lines().count(),
+        1 + 100,
+        "a header and every host's root calls"
+    );
 
     // compare: one host against the fleet.
     let cmp = d.join("cmp.json");

@@ -159,6 +159,15 @@ fn hosts_are_listed_and_the_fleet_wall_time_is_the_longest_run() {
         m.run.processes[3].tree.roots[0].count,
         a.processes[1].tree.roots[0].count
     );
+    let text = crate::render::render_tree(&m.run, &Default::default());
+    assert!(
+        text.contains("── seg-b pid 4711: postgres: app shop [local] idle"),
+        "{text}"
+    );
+    assert!(
+        text.starts_with("merged run of 2 hosts: seg-a, seg-b (2 runs;"),
+        "{text}"
+    );
     // Units add.
     let units = |r: &Run| r.tree.roots[0].children[0].units.as_ref().map(|u| u.total);
     assert_eq!(units(&m.run), Some(2000));
@@ -395,6 +404,26 @@ fn different_profile_texts_with_the_same_phases_merge_with_a_warning() {
     assert_eq!(m.run.provenance.profile_hash, "3f9a1c2e, 0badc0de");
     assert!(
         m.warnings.join("\n").contains("hashes 3f9a1c2e, 0badc0de"),
+        "{:?}",
+        m.warnings
+    );
+}
+
+#[test]
+fn runs_aggregated_in_the_kernel_merge_their_trees() {
+    let kernel = || {
+        let mut r = sample_run();
+        r.provenance.aggregation = Aggregation::Kernel;
+        r.calls = Default::default();
+        r.spans = Default::default();
+        r
+    };
+    let m = merged(vec![("a.json", kernel()), ("b.json", kernel())]);
+    assert_eq!(m.run.provenance.aggregation, Aggregation::Kernel);
+    assert_eq!(m.run.tree.roots[0].count, 2000);
+    assert!(m.run.calls.rows.is_empty() && m.run.calls.total_calls == 0);
+    assert!(
+        !m.warnings.iter().any(|w| w.contains("span logs")),
         "{:?}",
         m.warnings
     );
