@@ -119,7 +119,7 @@ fn spans(inputs: &[Input], warnings: &mut Vec<String>) -> SpanLog {
         .collect();
     if !with.is_empty() {
         warnings.push(format!(
-            "the span logs (--trace) of {} are left out: each host's timestamps are its own \
+            "the span logs (report --format trace) of {} are left out: each host's timestamps are its own \
              clock, so one timeline would be false; render each host's trace from its own run",
             with.join(", ")
         ));
