@@ -35,6 +35,9 @@ pub enum Command {
     Compare(CompareArgs),
     /// Test hypotheses against a run: SUPPORTED / REFUTED / INCONCLUSIVE (exit 3 if refuted).
     Check(CheckArgs),
+    /// Merge runs of one profile from many hosts into one run (JSON on stdout): counts and
+    /// histograms add, every host's provenance is kept; report, compare and check read it.
+    Merge(MergeArgs),
     /// Write a profile as a bpftrace script or as `perf probe` commands (same probe sites as
     /// wprof), for hosts where wprof cannot run or to compare with the peers.
     Export(ExportArgs),
@@ -406,6 +409,17 @@ pub struct CompareArgs {
     pub off_cpu_flamegraph: Option<PathBuf>,
 }
 
+/// `wprof merge`.
+#[derive(Debug, Args)]
+pub struct MergeArgs {
+    /// The runs to merge (--json files of one profile; a merged run may be merged again).
+    #[arg(required = true, num_args = 2.., value_name = "RUN.json")]
+    pub runs: Vec<PathBuf>,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
 /// `wprof check`.
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -553,5 +567,21 @@ mod tests {
     fn attach_needs_a_pid() {
         assert!(Cli::try_parse_from(["wprof", "attach", "-t", "fixture"]).is_err());
         assert!(Cli::try_parse_from(["wprof", "attach", "-t", "x", "-p", "0"]).is_err());
+    }
+
+    #[test]
+    fn merge_takes_two_runs_or_more_and_an_optional_output() {
+        let e = Cli::try_parse_from(["wprof", "merge", "a.json"]).unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::TooFewValues);
+        let Command::Merge(m) = Cli::try_parse_from([
+            "wprof", "merge", "a.json", "b.json", "c.json", "-o", "f.json",
+        ])
+        .unwrap()
+        .command
+        else {
+            panic!("not merge")
+        };
+        assert_eq!(m.runs.len(), 3);
+        assert_eq!(m.output, Some(PathBuf::from("f.json")));
     }
 }

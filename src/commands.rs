@@ -1,10 +1,11 @@
-//! The subcommands that do not trace: `probes` (dry run), `targets`, `report`.
+//! The subcommands that do not trace: `probes` (dry run), `targets`, `report`, `merge`,
+//! `export`.
 
 use std::io::Write;
 
 use anyhow::Result;
 
-use crate::args::{ExportArgs, ProbesArgs, ReportArgs, ResolveArgs, TargetArgs};
+use crate::args::{ExportArgs, MergeArgs, ProbesArgs, ReportArgs, ResolveArgs, TargetArgs};
 use crate::error::WprofError;
 use crate::model::profile::{Profile, BUILTIN};
 use crate::probe_cost;
@@ -313,6 +314,24 @@ fn check_split(run: &crate::model::Run, phase: &str, path: &std::path::Path) -> 
     Err(WprofError::Usage(text).into())
 }
 
+/// A merged run (`wprof merge`) has no single timeline: its root calls' start times are each
+/// host's own clock, and the span log was left out. What needs one is refused, naming it.
+fn check_merged(run: &crate::model::Run, a: &ReportArgs) -> Result<()> {
+    let what = match (a.first.is_some(), a.format) {
+        _ if run.provenance.sources.is_empty() => return Ok(()),
+        (true, _) => "--first (no first N of root calls timed by different clocks)",
+        (_, crate::render::Format::Trace) => "--format trace (the span log is not merged)",
+        _ => return Ok(()),
+    };
+    Err(WprofError::Usage(format!(
+        "{} merges the runs of {}, whose timestamps are each host's own clock: no {what}; ask it \
+         of one host's run",
+        a.run.display(),
+        run.provenance.host
+    ))
+    .into())
+}
+
 /// `wprof report RUN.json`: re-renders a saved run.
 pub fn report(a: ReportArgs) -> Result<i32> {
     let mut run = crate::model::json::read_run_file(&a.run)?;
@@ -338,6 +357,7 @@ pub fn report(a: ReportArgs) -> Result<i32> {
         ))
         .into());
     }
+    check_merged(&run, &a)?;
     if a.tail.is_some() || a.first.is_some() {
         use crate::analyze::tail;
         let mut text = String::new();
@@ -356,6 +376,30 @@ pub fn report(a: ReportArgs) -> Result<i32> {
     // Rendered first, so a run that lacks what was asked for leaves no empty file behind.
     let mut buf = Vec::new();
     crate::render::write(&run, a.format, &mut buf)?;
+    match &a.output {
+        Some(p) => crate::output_file::write(p, &buf)?,
+        None => crate::stdout::Stdout.write_all(&buf)?,
+    }
+    Ok(0)
+}
+
+/// `wprof merge A.json B.json ...`: one run of the fleet (JSON, as `report --format json`
+/// writes it), and on stderr what the merge left out.
+pub fn merge(a: MergeArgs) -> Result<i32> {
+    let inputs = (a.runs.iter())
+        .map(|p| {
+            Ok(crate::aggregate::merge::Input {
+                file: p.display().to_string(),
+                run: crate::model::json::read_run_file(p)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let merged = crate::aggregate::merge::merge(inputs)?;
+    for w in &merged.warnings {
+        eprintln!("wprof: warning: {w}");
+    }
+    let mut buf = Vec::new();
+    crate::render::write(&merged.run, crate::render::Format::Json, &mut buf)?;
     match &a.output {
         Some(p) => crate::output_file::write(p, &buf)?,
         None => crate::stdout::Stdout.write_all(&buf)?,

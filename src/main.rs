@@ -18,6 +18,7 @@ fn main() {
         Command::Report(r) => commands::report(r),
         Command::Compare(c) => wprof::analyze::compare::run(c),
         Command::Check(c) => wprof::analyze::check::run(c),
+        Command::Merge(m) => commands::merge(m),
         Command::Doctor(d) => wprof::doctor::run(d.json),
         Command::Export(e) => commands::export(e),
         Command::Completions { shell } => {

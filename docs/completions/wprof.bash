@@ -40,6 +40,9 @@ _wprof() {
             wprof,man)
                 cmd="wprof__subcmd__man"
                 ;;
+            wprof,merge)
+                cmd="wprof__subcmd__merge"
+                ;;
             wprof,probes)
                 cmd="wprof__subcmd__probes"
                 ;;
@@ -76,6 +79,9 @@ _wprof() {
             wprof__subcmd__help,man)
                 cmd="wprof__subcmd__help__subcmd__man"
                 ;;
+            wprof__subcmd__help,merge)
+                cmd="wprof__subcmd__help__subcmd__merge"
+                ;;
             wprof__subcmd__help,probes)
                 cmd="wprof__subcmd__help__subcmd__probes"
                 ;;
@@ -95,7 +101,7 @@ _wprof() {
 
     case "${cmd}" in
         wprof)
-            opts="-h -V --help --version attach record probes targets report compare check export completions man doctor help"
+            opts="-h -V --help --version attach record probes targets report compare check merge export completions man doctor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -385,7 +391,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__help)
-            opts="attach record probes targets report compare check export completions man doctor help"
+            opts="attach record probes targets report compare check merge export completions man doctor help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -510,6 +516,20 @@ _wprof() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        wprof__subcmd__help__subcmd__merge)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         wprof__subcmd__help__subcmd__probes)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
@@ -574,6 +594,28 @@ _wprof() {
             fi
             case "${prev}" in
                 --dir)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        wprof__subcmd__merge)
+            opts="-o -h --output --help"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --output)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                -o)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -6,13 +6,15 @@
 //! measured (lost, abandoned, still open); in per-event mode also a [`CallTable`] (one row per
 //! root call) and a capped [`SpanLog`]; with `--split-by` the tree twice more, over the root
 //! calls that contained a phase and over the others ([`SplitTrees`]). CPU samples and off-CPU
-//! records fold into stacks under their phase paths ([`stacks`]). Plain values only: nothing
+//! records fold into stacks under their phase paths ([`stacks`]). Runs of many hosts merge into
+//! one ([`merge`], `wprof merge`): the same addition, over finished runs. Plain values only: nothing
 //! here touches BPF, so it is tested without root.
 
 mod build;
 mod calls;
 
 pub mod insitu;
+pub mod merge;
 pub mod sampled;
 pub mod split;
 pub mod stacks;

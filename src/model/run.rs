@@ -25,6 +25,9 @@ pub struct ProcessRun {
     /// The parent's label (e.g. a postmaster's command line, which names its data directory:
     /// tells the segments of a multi-server host apart).
     pub parent_label: Option<String>,
+    /// The host it ran on, in a merged run (`wprof merge`), where pids of different hosts may
+    /// be equal; None in a run of one host.
+    pub host: Option<String>,
     /// Its own tree.
     pub tree: PhaseTree,
 }
@@ -73,6 +76,25 @@ pub struct Provenance {
     /// of each second (counts are then those of the live windows); None: always live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes_live_fraction: Option<f64>,
+    /// The runs a merged run was made from (`wprof merge`), in the order given; empty for a
+    /// run of one host.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceRun>,
+}
+
+/// One of the runs a merged run was made from (`wprof merge`): what it said about itself,
+/// kept whole so that every host's figures stay on record.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SourceRun {
+    /// The file it was read from, as given to `wprof merge`.
+    pub file: String,
+    /// Its provenance (host, kernel, start, duration, pids, profile hash, objects...); its
+    /// own `sources` are always empty (a merged input contributes its sources instead).
+    pub provenance: Provenance,
+    /// Its run-wide counters.
+    pub counters: Counters,
+    /// Its probe cost, with the host calibration its times were corrected with.
+    pub probe_cost: ProbeCost,
 }
 
 /// Where a run's calls were aggregated (`--aggregate`).

@@ -265,6 +265,7 @@ pub fn sample_run() -> Run {
             ],
             end_reason: "duration".into(),
             aggregation: Default::default(),
+            sources: Vec::new(),
         },
         phases,
         counters,
@@ -549,6 +550,7 @@ pub fn per_pid_run() -> Run {
             label: "kvd --bench".into(),
             parent: None,
             parent_label: None,
+            host: None,
             tree: crate::model::PhaseTree::default(),
         },
         crate::model::ProcessRun {
@@ -556,6 +558,7 @@ pub fn per_pid_run() -> Run {
             label: "postgres: app shop [local] idle".into(),
             parent: Some(4242),
             parent_label: Some("/usr/lib/postgresql/15/bin/postgres -D /srv/seg0".into()),
+            host: None,
             tree: run.tree.clone(),
         },
     ];

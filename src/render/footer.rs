@@ -226,6 +226,8 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         "probe cost ({}): {} hits ≈ {} added to the target",
         if pc.calibration.is_some() {
             "calibrated"
+        } else if !run.provenance.sources.is_empty() {
+            "per host"
         } else {
             "model"
         },

@@ -13,6 +13,7 @@ mod folded;
 mod footer;
 mod format;
 mod pprof;
+mod sources;
 mod stack_flamegraph;
 #[cfg(test)]
 mod svg_frames;

@@ -8,7 +8,8 @@
 //! could not be timed; then the footer (see `footer.rs`). A run recorded with `--per-pid` shows
 //! one tree per process instead, each headed by its pid and label; one recorded with
 //! `--split-by PHASE` shows the tree twice, over the root calls that contained PHASE and over
-//! the others, each headed by its share of the root calls.
+//! the others, each headed by its share of the root calls. A merged run (`wprof merge`) is
+//! headed by the runs it adds up (see `sources.rs`).
 
 use std::collections::HashMap;
 
@@ -105,8 +106,9 @@ pub fn render_tree(run: &Run, opts: &TextOptions) -> String {
                 (Some(q), None) => format!("  (forked by {q})"),
                 _ => String::new(),
             };
+            let host = p.host.as_ref().map_or(String::new(), |h| format!("{h} "));
             let mut head = vec![Row::Note {
-                label: format!("── pid {}: {}{forked}", p.pid, p.label),
+                label: format!("── {host}pid {}: {}{forked}", p.pid, p.label),
                 warn: false,
             }];
             for root in &p.tree.roots {
@@ -124,7 +126,7 @@ pub fn render_tree(run: &Run, opts: &TextOptions) -> String {
         }
     }
 
-    let mut out = String::new();
+    let mut out = super::sources::header(run);
     if rows.is_empty() {
         out.push_str(&format!(
             "no phase call completed during the run ({} probe hits)\n",

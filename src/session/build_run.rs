@@ -200,6 +200,7 @@ fn process_runs(
                 label: labels.label(p.pid),
                 parent: labels.parent(p.pid),
                 parent_label: labels.parent(p.pid).map(|q| labels.label(q)),
+                host: None,
                 tree: p.tree,
             }
         })

@@ -29,6 +29,8 @@ pub(super) struct ProcessJ {
     parent: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     parent_label: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    host: Option<String>,
     tree: TreeJ,
 }
 
@@ -256,6 +258,7 @@ impl From<&ProcessRun> for ProcessJ {
             label: p.label.clone(),
             parent: p.parent,
             parent_label: p.parent_label.clone(),
+            host: p.host.clone(),
             tree: TreeJ::from(&p.tree),
         }
     }
@@ -269,6 +272,7 @@ impl ProcessJ {
             label: self.label,
             parent: self.parent,
             parent_label: self.parent_label,
+            host: self.host,
         })
     }
 }
