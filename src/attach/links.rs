@@ -82,10 +82,16 @@ impl Tracer {
     /// at once and the open calls are forgotten, so nothing is counted while the links go (a
     /// release waits for the kernel's grace period: ~0.1-0.3 s here, during which an entry
     /// taken off first would leave the returns firing on every call). With the unwind guard
-    /// live its frames must stay known: the entries then go first, as for a move.
-    pub fn pause_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<()> {
+    /// live its frames must stay known: the entries then go first, as for a move. Returns the
+    /// completed calls that were still queued on the stacks it cleared (hand them to the
+    /// aggregator: they are measured, only not sent yet).
+    pub fn pause_phases(
+        &mut self,
+        ids: &[u32],
+        settle: std::time::Duration,
+    ) -> Result<Vec<wprof_common::Event>> {
         if self.guarded {
-            return self.detach_phases(ids, settle).map(|_| ());
+            return self.detach_phases(ids, settle).map(|_| Vec::new());
         }
         self.set_config(wprof_common::config::STOPPED, 1)?;
         let links = ids
@@ -99,10 +105,14 @@ impl Tracer {
         // Calls open now can no longer return through a probe.
         let mut stacks = self.stacks_mut()?;
         let keys: Vec<u64> = stacks.keys().filter_map(|k| k.ok()).collect();
+        let mut queued = Vec::new();
         for k in keys {
+            if let Ok(st) = stacks.get(&k, 0) {
+                queued.extend_from_slice(st.queued());
+            }
             let _ = stacks.remove(&k);
         }
-        Ok(())
+        Ok(queued)
     }
 
     /// Ends a pause of [`Tracer::pause_phases`].

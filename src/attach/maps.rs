@@ -198,7 +198,10 @@ impl Tracer {
             })
             .collect();
         for k in gone {
-            if stacks.get(&k, 0).is_ok_and(|st| st.len == 0) {
+            if stacks
+                .get(&k, 0)
+                .is_ok_and(|st| st.len == 0 && st.queued().is_empty())
+            {
                 let _ = stacks.remove(&k);
             }
         }

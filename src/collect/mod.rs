@@ -134,8 +134,7 @@ pub fn drain_queued(tracer: &mut Tracer, mut sink: impl FnMut(&Event)) -> Result
     let stacks = tracer.stacks()?;
     for item in stacks.iter() {
         let (_, st) = item.context("read STACKS")?;
-        let n = (st.pending as usize).min(st.spans.len());
-        st.spans[..n].iter().for_each(&mut sink);
+        st.queued().iter().for_each(&mut sink);
     }
     Ok(())
 }

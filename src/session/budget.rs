@@ -288,8 +288,9 @@ impl<'a> Keeper<'a> {
         let wait = settle(agg, &ids);
         let done = self.switching(tracer, |t| match switch {
             Switch::Pause => t.pause_phases(&ids, wait),
-            Switch::Resume => t.resume_phases(&ids),
+            Switch::Resume => t.resume_phases(&ids).map(|_| Vec::new()),
         });
+        let done = done.map(|queued| queued.iter().for_each(|e| agg.add(e)));
         if let Err(e) = done {
             eprintln!("wprof: warning: duty cycle: {e:#}");
         }

@@ -238,6 +238,13 @@ pub const SPAN_QUEUE: usize = 16;
 /// collector's own poll interval.
 pub const SPAN_QUEUE_FLUSH_NS: u64 = 20_000_000;
 
+impl ThreadStack {
+    /// The completed calls queued on this stack, not sent yet.
+    pub fn queued(&self) -> &[Event] {
+        &self.spans[..(self.pending as usize).min(SPAN_QUEUE)]
+    }
+}
+
 /// Event kinds sent through the ring buffer.
 #[repr(u32)]
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
