@@ -138,10 +138,11 @@ impl Scrape {
             .iter()
             .map(|s| Metric {
                 label: series_labels(s),
-                histogram: Some(s.figures.hist.to_proto(
-                    s.figures.sum_ns as f64 / 1e9,
-                    Some(timestamp(s.created)),
-                )),
+                histogram: Some(
+                    s.figures
+                        .hist
+                        .to_proto(s.figures.sum_ns as f64 / 1e9, Some(timestamp(s.created))),
+                ),
                 ..Metric::default()
             })
             .collect();
@@ -159,7 +160,9 @@ impl Scrape {
                 })
                 .collect()
         };
-        let global = |value: u64| vec![self.counter(vec![pair("profile", &self.profile)], value, self.started)];
+        let global = |value: u64| {
+            vec![self.counter(vec![pair("profile", &self.profile)], value, self.started)]
+        };
         let gauge = |value: f64| {
             vec![Metric {
                 label: vec![pair("profile", &self.profile)],
@@ -180,9 +183,12 @@ impl Scrape {
         ]
     }
 
-    /// The delimited protobuf exposition.
+    /// The delimited protobuf exposition. Families without a series are left out: Prometheus
+    /// refuses a `MetricFamily` with no metric.
     pub fn protobuf(&self) -> Vec<u8> {
-        proto::encode_delimited(&self.families())
+        let mut families = self.families();
+        families.retain(|f| !f.metric.is_empty());
+        proto::encode_delimited(&families)
     }
 
     /// The text exposition (format 0.0.4): histograms as their count and sum only, with the
@@ -286,6 +292,14 @@ mod tests {
         let s = scrape();
         let back = proto::decode_delimited(&s.protobuf()).unwrap();
         assert_eq!(back, s.families());
+        let empty = Scrape {
+            series: Vec::new(),
+            losses: Vec::new(),
+            ..s.clone()
+        };
+        let kept = proto::decode_delimited(&empty.protobuf()).unwrap();
+        assert!(kept.iter().all(|f| !f.metric.is_empty()));
+        assert_eq!(kept.len(), s.families().len() - 4);
         let names: Vec<&str> = back.iter().map(|f| f.name.as_str()).collect();
         assert_eq!(names[..2], [names::DURATION, names::CALLS]);
         let h = back[0].metric[0].histogram.as_ref().unwrap();
@@ -314,13 +328,22 @@ mod tests {
     #[test]
     fn text_has_counts_sums_and_escaped_labels() {
         let t = scrape().text();
-        assert!(t.contains("# TYPE wprof_phase_duration_seconds histogram"), "{t}");
+        assert!(
+            t.contains("# TYPE wprof_phase_duration_seconds histogram"),
+            "{t}"
+        );
         assert!(
             t.contains(r#"wprof_phase_duration_seconds_count{profile="fixture",phase="write_record/persist_block",role="persist",process="/srv/a \"b\":5432"} 3"#),
             "{t}"
         );
         assert!(t.contains(r#"le="+Inf"} 3"#), "{t}");
-        assert!(t.contains("wprof_lost_events_total{profile=\"fixture\"} 4"), "{t}");
-        assert!(t.contains("wprof_probe_overhead_ratio{profile=\"fixture\"} 0.25"), "{t}");
+        assert!(
+            t.contains("wprof_lost_events_total{profile=\"fixture\"} 4"),
+            "{t}"
+        );
+        assert!(
+            t.contains("wprof_probe_overhead_ratio{profile=\"fixture\"} 0.25"),
+            "{t}"
+        );
     }
 }

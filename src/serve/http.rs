@@ -97,10 +97,7 @@ impl Server {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Published> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -124,9 +121,7 @@ fn answer(http: &tiny_http::Server, shared: &Shared) {
         } else {
             let protobuf = request.headers().iter().any(|h| {
                 h.field.equiv("Accept")
-                    && h.value
-                        .as_str()
-                        .contains("application/vnd.google.protobuf")
+                    && h.value.as_str().contains("application/vnd.google.protobuf")
             });
             let (body, kind) = fresh(shared, protobuf);
             let header = tiny_http::Header::from_bytes(&b"Content-Type"[..], kind.as_bytes())
@@ -196,9 +191,15 @@ mod tests {
             server
         });
         let text = get(addr, "/metrics", "text/plain");
-        assert!(text.contains("text 1") && text.contains("version=0.0.4"), "{text}");
+        assert!(
+            text.contains("text 1") && text.contains("version=0.0.4"),
+            "{text}"
+        );
         let pb = get(addr, "/metrics", CONTENT_TYPE);
-        assert!(pb.ends_with("PB") && pb.contains("encoding=delimited"), "{pb}");
+        assert!(
+            pb.ends_with("PB") && pb.contains("encoding=delimited"),
+            "{pb}"
+        );
         assert!(get(addr, "/nope", "*/*").starts_with("HTTP/1.1 404"));
         drop(publisher.join().unwrap());
     }

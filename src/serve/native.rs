@@ -151,7 +151,11 @@ mod tests {
         let (mut index, mut count) = (0i32, 0i64);
         let mut deltas = h.positive_delta.iter();
         for (k, s) in h.positive_span.iter().enumerate() {
-            index = if k == 0 { s.offset } else { index + 1 + s.offset };
+            index = if k == 0 {
+                s.offset
+            } else {
+                index + 1 + s.offset
+            };
             for j in 0..s.length {
                 if j > 0 {
                     index += 1;

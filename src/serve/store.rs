@@ -225,8 +225,14 @@ mod tests {
         let mut s = Store::new(100, EXPIRE);
         let t0 = Instant::now();
         // Two backends of one server share its value.
-        assert_eq!(s.process_of(10, || "/srv/seg0:6000".into()), "/srv/seg0:6000");
-        assert_eq!(s.process_of(11, || "/srv/seg0:6000".into()), "/srv/seg0:6000");
+        assert_eq!(
+            s.process_of(10, || "/srv/seg0:6000".into()),
+            "/srv/seg0:6000"
+        );
+        assert_eq!(
+            s.process_of(11, || "/srv/seg0:6000".into()),
+            "/srv/seg0:6000"
+        );
         assert_eq!(s.process_of(10, || unreachable!()), "/srv/seg0:6000");
         s.retire(10, vec![(7, figures(3, 1000))], t0);
         let live = BTreeMap::from([(("/srv/seg0:6000".to_string(), 7), figures(2, 1000))]);
@@ -252,7 +258,11 @@ mod tests {
         s.note_node(&a, 2);
         assert!(!s.first_fold());
         assert_eq!(s.process_of(2, || "b".into()), OTHER);
-        assert_eq!(s.process_of(3, || "a".into()), "a", "a known value still fits");
+        assert_eq!(
+            s.process_of(3, || "a".into()),
+            "a",
+            "a known value still fits"
+        );
         assert_eq!(s.process_of(4, || "c".into()), OTHER);
         assert_eq!(s.folded(), 2);
         assert!(s.first_fold());

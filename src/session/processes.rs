@@ -339,8 +339,12 @@ mod tests {
     fn a_backend_takes_its_postmasters_label_and_others_their_own() {
         let me = std::process::id();
         let mut l = ProcessLabels::default();
-        l.labels.insert(1, "/usr/lib/postgresql/15/bin/postgres -D /srv/seg0 -p 6000".into());
-        l.labels.insert(me, "postgres: app db [local] INSERT".into());
+        l.labels.insert(
+            1,
+            "/usr/lib/postgresql/15/bin/postgres -D /srv/seg0 -p 6000".into(),
+        );
+        l.labels
+            .insert(me, "postgres: app db [local] INSERT".into());
         l.parents.insert(me, 1);
         assert_eq!(l.series_label(me), "/srv/seg0:6000");
         l.labels.insert(2, "x".repeat(500));

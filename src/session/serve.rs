@@ -21,7 +21,7 @@ use crate::collect::kernel::read_kernel_summaries;
 use crate::collect::{read_global_counters, read_node_counters};
 use crate::model::profile::Profile;
 use crate::serve::{
-    Figures, NativeHistogram, PathLosses, PhaseSeries, Scrape, Server, Store, store::EXPIRE,
+    store::EXPIRE, Figures, NativeHistogram, PathLosses, PhaseSeries, Scrape, Server, Store,
 };
 
 /// How often exited processes are looked for (`--per-pid`).
@@ -206,7 +206,12 @@ impl Publisher {
         let mut nodes = EndCounters::default();
         read_node_counters(tracer, &mut nodes)?;
         let mut by_path: BTreeMap<String, PathLosses> = BTreeMap::new();
-        let all: HashSet<u64> = nodes.lost.keys().chain(nodes.abandoned.keys()).copied().collect();
+        let all: HashSet<u64> = nodes
+            .lost
+            .keys()
+            .chain(nodes.abandoned.keys())
+            .copied()
+            .collect();
         for node in all {
             let phase = agg.path_of(node, &self.names).join("/");
             if phase.is_empty() {
@@ -240,12 +245,20 @@ fn figures_of(n: &LiveNode<'_>) -> Figures {
 
 /// Adds what BPF aggregated so far (`--aggregate kernel`) to `merged`: the same figures
 /// [`Aggregator::add_kernel_summaries`] takes at the end, each in-kernel bucket at its middle.
-fn add_kernel(merged: &mut BTreeMap<u64, Figures>, tracer: &mut Tracer, corrects: bool) -> Result<()> {
+fn add_kernel(
+    merged: &mut BTreeMap<u64, Figures>,
+    tracer: &mut Tracer,
+    corrects: bool,
+) -> Result<()> {
     let k = read_kernel_summaries(tracer)?;
     for (node, s) in &k.nodes {
         let f = merged.entry(*node).or_default();
         f.calls += s.count;
-        f.sum_ns += if corrects { s.corrected_total_ns } else { s.total_ns };
+        f.sum_ns += if corrects {
+            s.corrected_total_ns
+        } else {
+            s.total_ns
+        };
     }
     for (key, calls) in &k.buckets {
         if (key.corrected != 0) == corrects {
