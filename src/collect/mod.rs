@@ -187,10 +187,11 @@ pub fn read_node_counters(tracer: &Tracer, nodes: &mut EndCounters) -> Result<()
 
 /// Reads the end-of-run counters. Call after [`Tracer::detach`] so nothing changes underneath.
 pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
-    let mut end = EndState::default();
-
-    end.global = read_global_counters(tracer)?;
-    end.phases = read_phase_counters(tracer, nphases)?;
+    let mut end = EndState {
+        global: read_global_counters(tracer)?,
+        phases: read_phase_counters(tracer, nphases)?,
+        ..EndState::default()
+    };
     read_node_counters(tracer, &mut end.nodes)?;
 
     let stacks = tracer.stacks()?;
