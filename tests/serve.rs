@@ -22,8 +22,9 @@ use wprof::serve::native::QUANTILE_ERROR;
 
 const PROMETHEUS: &str = "/usr/bin/prometheus";
 
-/// Root calls of the fixture: ~1 s of work.
-const ITER: u64 = 3_000;
+/// Root calls of the fixture: ~3 s of work, so several scrapes see the counts grow and
+/// `rate()` has something to work on.
+const ITER: u64 = 10_000;
 
 /// Processes a test started; each still running is killed when it ends, passed or not.
 #[derive(Default)]
@@ -183,12 +184,16 @@ fn prometheus_agrees_with_the_run(extra: &[&str]) {
     wait_attached(&mut w);
     let wp = running.add(w);
     let prom = start_prometheus(dir.path(), serve, &mut running);
+    let scrapes = r#"count_over_time(up{job="wprof"}[5m])"#;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while query(prom, scrapes).unwrap_or(0.0) < 1.0 {
+        assert!(Instant::now() < deadline, "Prometheus never scraped wprof");
+        std::thread::sleep(Duration::from_millis(200));
+    }
     release(&mut running.0[fx]);
 
     // Every call done and scraped, and at least two scrapes.
     let calls = r#"wprof_phase_calls_total{phase="write_record"}"#;
-    let scrapes = r#"count_over_time(up{job="wprof"}[5m])"#;
-    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let done = query(prom, calls) == Some(ITER as f64);
         if done && query(prom, scrapes).unwrap_or(0.0) >= 2.0 {
@@ -203,6 +208,14 @@ fn prometheus_agrees_with_the_run(extra: &[&str]) {
         );
         std::thread::sleep(Duration::from_millis(500));
     }
+    // docs/fleet.md's query: the p99 per phase across processes, from rates.
+    let fleet = r#"histogram_quantile(0.99, sum by (phase) (rate(wprof_phase_duration_seconds{phase="write_record"}[5m])))"#;
+    let fleet_p99 = query(prom, fleet);
+    assert!(
+        fleet_p99.is_some_and(|v| v.is_finite() && v > 0.0),
+        "{fleet}: {fleet_p99:?}"
+    );
+    eprintln!("{fleet} = {:.1} µs", fleet_p99.unwrap_or(0.0) * 1e6);
     let mut seen = Vec::new();
     for path in WRITE_PATH {
         let sel = format!(
