@@ -88,8 +88,10 @@ impl Publisher {
         Ok(())
     }
 
-    /// Retires the processes found gone at the last sweep and gone still; expires the values
-    /// idle too long; forgets the labels of forked processes that are gone.
+    /// Retires the processes found gone at the last sweep and gone still (their figures move
+    /// to the store, their labels are forgotten); expires the values idle too long. A process
+    /// is only retired a whole sweep after its exit was seen: spans it made just before can
+    /// still be in the ring buffer, and its label must still be known when they come.
     fn sweep(&mut self, agg: &mut Aggregator, labels: &mut ProcessLabels) {
         let Some(store) = self.store.as_mut() else {
             return;
@@ -98,20 +100,19 @@ impl Publisher {
         let gone: HashSet<u32> = agg
             .pids()
             .into_iter()
+            .chain(labels.forked())
             .filter(|&p| !process_alive(p))
             .collect();
         for &pid in self.gone.intersection(&gone) {
-            store.process_of(pid, || labels.series_label(pid));
             let mut figures = Vec::new();
             agg.retire_pid(pid, |n| figures.push((n.node, figures_of(&n))));
+            if !figures.is_empty() {
+                store.process_of(pid, || labels.series_label(pid));
+            }
             store.retire(pid, figures, now);
+            labels.forget(pid);
         }
         self.gone = gone.difference(&self.gone).copied().collect();
-        for pid in labels.forked() {
-            if !process_alive(pid) && !self.gone.contains(&pid) {
-                labels.forget(pid);
-            }
-        }
         store.expire(now);
     }
 
