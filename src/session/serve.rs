@@ -13,13 +13,13 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::Result;
 use wprof_common::{counter, hist_bucket_mid};
 
+use super::config::TraceConfig;
 use super::processes::ProcessLabels;
 use crate::aggregate::{Aggregator, EndCounters, LiveNode};
 use crate::args::AggregateMode;
 use crate::attach::{process_alive, Tracer};
 use crate::collect::kernel::read_kernel_summaries;
 use crate::collect::{read_global_counters, read_node_counters};
-use crate::model::profile::Profile;
 use crate::serve::{
     store::EXPIRE, Figures, NativeHistogram, PathLosses, PhaseSeries, Scrape, Server, Store,
 };
@@ -45,20 +45,18 @@ pub(super) struct Publisher {
 }
 
 impl Publisher {
-    /// For a run of `profile`; `max_series` bounds the `--per-pid` series (None without it).
-    pub fn new(
-        server: Server,
-        profile: &Profile,
-        aggregate: AggregateMode,
-        per_pid_max_series: Option<usize>,
-    ) -> Publisher {
+    /// For the run `config` plans (`--per-pid` keeps per-process series, bounded by
+    /// `--serve-max-series`).
+    pub fn new(server: Server, config: &TraceConfig) -> Publisher {
+        let profile = &config.profile;
+        let max_series = config.serve.as_ref().map_or(0, |s| s.max_series);
         Publisher {
             server,
-            store: per_pid_max_series.map(|m| Store::new(m, EXPIRE)),
+            store: config.per_pid.then(|| Store::new(max_series, EXPIRE)),
             profile: profile.name.clone(),
             names: profile.phases.iter().map(|p| p.name.clone()).collect(),
             roles: profile.phases.iter().map(|p| p.role.clone()).collect(),
-            kernel: aggregate == AggregateMode::Kernel,
+            kernel: config.aggregate == AggregateMode::Kernel,
             started: SystemTime::now(),
             gone: HashSet::new(),
             last_sweep: Instant::now(),

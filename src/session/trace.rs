@@ -323,15 +323,10 @@ impl<'c> Session<'c> {
                 pids,
                 c.quiet,
             ),
-            serve: self.server.take().map(|s| {
-                let max_series = c.serve.as_ref().map(|p| p.max_series);
-                super::serve::Publisher::new(
-                    s,
-                    &c.profile,
-                    c.aggregate,
-                    max_series.filter(|_| c.per_pid),
-                )
-            }),
+            serve: self
+                .server
+                .take()
+                .map(|s| super::serve::Publisher::new(s, c)),
         };
         let sides = trace_loop::Sides {
             stacks: &mut stack_sink,
