@@ -26,6 +26,29 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# Prometheus 2.42 for tests/serve.rs (`--serve` scraped by a real Prometheus with native
+# histograms). The tests start their own server on 127.0.0.1 with a temp dir; the package's
+# postinst would start its own daemon on *:9090 (invoke-rc.d, or systemd where it runs), so
+# a policy-rc.d that refuses every start is in place while it installs (unless the machine
+# already has one), and the unit is disabled afterwards so it does not come up at boot either.
+if ! dpkg-query -W -f='${Status}' prometheus 2>/dev/null | grep -q "install ok installed"; then
+  log "apt: prometheus (service kept stopped and disabled)"
+  own_policy=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+    $SUDO chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  [ ${#missing[@]} -gt 0 ] || $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  [ -z "$own_policy" ] || $SUDO rm -f /usr/sbin/policy-rc.d
+  if [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  else
+    $SUDO update-rc.d prometheus disable >/dev/null 2>&1 || true
+  fi
+fi
+
 # The Debian package starts a default cluster; the tests make their own, so stop it.
 if command -v pg_lsclusters >/dev/null && pg_lsclusters -h 2>/dev/null | grep -q online; then
   $SUDO pg_ctlcluster 15 main stop || true

@@ -180,6 +180,23 @@ pub struct TraceArgs {
     /// corrected, and the cost figures are the fixed estimates.
     #[arg(long)]
     pub no_calibrate: bool,
+    /// While tracing, serve per-phase latency on ADDR (e.g. 127.0.0.1:9464) as Prometheus
+    /// metrics at /metrics: native histograms over the protobuf format (text for other
+    /// clients), one series per phase path, with `--per-pid` one per process (a PostgreSQL
+    /// backend's is its server's DATADIR:PORT). Runs until Ctrl-C/SIGTERM without --duration
+    /// (docs/fleet.md).
+    #[arg(long, value_name = "ADDR")]
+    pub serve: Option<std::net::SocketAddr>,
+    /// With --serve --per-pid: keep about N series at most; processes that would add more are
+    /// served as process="other" (said once on stderr).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4096,
+        requires = "serve",
+        value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..)
+    )]
+    pub serve_max_series: usize,
 }
 
 /// Where a run aggregates its calls (`--aggregate`).

@@ -6,7 +6,8 @@
 //! live uprobes) -> [`collect`] (ring buffer -> events) -> [`aggregate`] (events -> phase tree)
 //! -> [`render`] (run -> text, JSON, folded, SVG, ...). [`session`] runs them for `attach` and
 //! `record`; [`commands`] implements `probes`, `targets` and `report`; [`analyze`] holds
-//! `compare`, `check` and the tail split, all working on saved runs.
+//! `compare`, `check` and the tail split, all working on saved runs; [`serve`] is the
+//! Prometheus endpoint of `--serve`.
 
 pub mod aggregate;
 pub mod analyze;
@@ -24,6 +25,7 @@ pub mod privilege;
 pub mod probe_cost;
 pub mod render;
 pub mod resolve;
+pub mod serve;
 pub mod session;
 pub mod stdout;
 /// Stack symbolization: BPF stack addresses (user via `/proc/PID/maps` snapshots, kernel via

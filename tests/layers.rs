@@ -26,6 +26,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
         &["model", "resolve", "attach", "collect", "symbolize"],
     ),
     ("export", &["model", "resolve"]),
+    // `--serve`: the exposition and its HTTP listener, fed plain values by the session.
+    ("serve", &["model"]),
     // Commands over saved runs, and the command line they are given.
     ("analyze", &["model", "render", "args"]),
     ("args", &["model", "render", "aggregate"]),

@@ -21,4 +21,4 @@ pub mod stacks;
 mod tree;
 
 pub use calls::{DEFAULT_MAX_CALLS, DEFAULT_MAX_SPANS};
-pub use tree::{Aggregator, EndCounters};
+pub use tree::{Aggregator, EndCounters, LiveNode};

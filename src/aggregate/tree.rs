@@ -558,6 +558,10 @@ impl Aggregator {
     }
 }
 
+#[path = "live.rs"]
+mod live;
+pub use live::LiveNode;
+
 #[cfg(test)]
 #[path = "tree_tests.rs"]
 mod tests;

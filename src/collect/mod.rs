@@ -175,30 +175,40 @@ pub fn read_phase_counters(tracer: &Tracer, n: usize) -> Result<Vec<PhaseCounter
         .collect())
 }
 
-/// Reads the end-of-run counters. Call after [`Tracer::detach`] so nothing changes underneath.
-pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
-    let mut end = EndState::default();
-
+/// BPF's global counters so far, every CPU added up, indexed by `wprof_common::counter`.
+pub fn read_global_counters(tracer: &Tracer) -> Result<Vec<u64>> {
     let global = tracer.counters()?;
-    for i in 0..counter::COUNT {
-        end.global
-            .push(global.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0));
-    }
+    Ok((0..counter::COUNT)
+        .map(|i| global.get(&i, 0).map(|v| v.iter().sum()).unwrap_or(0))
+        .collect())
+}
 
-    end.phases = read_phase_counters(tracer, nphases)?;
-
-    let nodes = tracer.node_counters()?;
-    for item in nodes.iter() {
+/// BPF's lost and abandoned calls so far, per node, into `nodes` (nodes with none are left
+/// out).
+pub fn read_node_counters(tracer: &Tracer, nodes: &mut EndCounters) -> Result<()> {
+    let map = tracer.node_counters()?;
+    for item in map.iter() {
         let (node, vals) = item.context("read NODE_COUNTERS")?;
         let lost: u64 = vals.iter().map(|v| v.lost).sum();
         let abandoned: u64 = vals.iter().map(|v| v.abandoned).sum();
         if lost > 0 {
-            end.nodes.lost.insert(node, lost);
+            nodes.lost.insert(node, lost);
         }
         if abandoned > 0 {
-            end.nodes.abandoned.insert(node, abandoned);
+            nodes.abandoned.insert(node, abandoned);
         }
     }
+    Ok(())
+}
+
+/// Reads the end-of-run counters. Call after [`Tracer::detach`] so nothing changes underneath.
+pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
+    let mut end = EndState {
+        global: read_global_counters(tracer)?,
+        phases: read_phase_counters(tracer, nphases)?,
+        ..EndState::default()
+    };
+    read_node_counters(tracer, &mut end.nodes)?;
 
     let stacks = tracer.stacks()?;
     for item in stacks.iter() {

@@ -71,6 +71,15 @@ pub struct SnapshotPlan {
     pub every: Duration,
 }
 
+/// `--serve`: where, and how many per-process series at most.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServePlan {
+    /// The address to listen on.
+    pub addr: std::net::SocketAddr,
+    /// `--serve-max-series`.
+    pub max_series: usize,
+}
+
 /// Everything one run does, decided before it starts.
 #[derive(Debug, Clone)]
 pub struct TraceConfig {
@@ -111,6 +120,8 @@ pub struct TraceConfig {
     pub quiet: bool,
     /// The files to write (`--out`, `--json`, ...).
     pub outputs: OutputArgs,
+    /// `--serve`: the Prometheus endpoint.
+    pub serve: Option<ServePlan>,
 }
 
 impl TraceConfig {
@@ -168,6 +179,10 @@ impl TraceConfig {
             ring_size: t.ring_size,
             quiet: t.quiet,
             outputs,
+            serve: t.serve.map(|addr| ServePlan {
+                addr,
+                max_series: t.serve_max_series,
+            }),
         })
     }
 
@@ -414,6 +429,28 @@ mod tests {
 
     #[test]
     fn return_override_and_snapshots_are_applied() {
+        let c = record(&["--serve", "127.0.0.1:9464", "--serve-max-series", "10"]).unwrap();
+        assert_eq!(
+            c.serve,
+            Some(ServePlan {
+                addr: "127.0.0.1:9464".parse().unwrap(),
+                max_series: 10
+            })
+        );
+        let attach = |extra: &[&str]| {
+            let mut argv = vec!["wprof", "attach", "-t", "fixture", "-p", "1"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|_| ())
+        };
+        assert!(attach(&["--serve", "[::1]:9464"]).is_ok());
+        assert!(
+            attach(&["--serve", "localhost"]).is_err(),
+            "an IP address and a port"
+        );
+        assert!(
+            attach(&["--serve-max-series", "5"]).is_err(),
+            "needs --serve"
+        );
         let c = record(&["--return", "uretprobe"]).unwrap();
         assert!(c
             .profile

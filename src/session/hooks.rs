@@ -8,6 +8,7 @@
 
 use super::late::LateAttach;
 use super::overhead::OverheadWatch;
+use super::processes::ProcessLabels;
 use super::trace_loop::{self, EndReason};
 use super::{budget, duty};
 use crate::aggregate::Aggregator;
@@ -56,6 +57,8 @@ pub(super) struct RunHooks<'a> {
     pub switched: bool,
     /// What keeps the run within `--max-overhead`.
     pub keeper: budget::Keeper<'a>,
+    /// The `--serve` endpoint's publisher.
+    pub serve: Option<super::serve::Publisher>,
 }
 
 impl RunHooks<'_> {
@@ -86,6 +89,19 @@ impl RunHooks<'_> {
 }
 
 impl trace_loop::Hooks for RunHooks<'_> {
+    fn serve(&mut self, agg: &mut Aggregator, labels: &mut ProcessLabels) -> anyhow::Result<()> {
+        match &mut self.serve {
+            Some(p) => p.tick(
+                agg,
+                labels,
+                self.tracer,
+                self.overhead.last_pct,
+                self.switched,
+            ),
+            None => Ok(()),
+        }
+    }
+
     fn maps_changed(&mut self, pid: u32, at_ns: u64) {
         if let Some(l) = self.late.as_deref_mut() {
             l.maps_changed(pid, at_ns, self.tracer)

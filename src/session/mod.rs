@@ -25,6 +25,7 @@ mod late;
 mod outputs;
 mod overhead;
 mod processes;
+mod serve;
 mod snapshots;
 mod stacks;
 mod target;
@@ -59,8 +60,20 @@ pub fn record(args: RecordArgs) -> Result<i32> {
 
 /// Traces what `config` says and writes its outputs; returns the exit code.
 fn run(config: TraceConfig) -> Result<i32> {
+    // First: an address that cannot be listened on is an error before anything is attached.
+    let server = match &config.serve {
+        Some(s) => Some(crate::serve::Server::bind(s.addr)?),
+        None => None,
+    };
     let checked = Checked::of(&config.target)?;
-    let session = Session::new(&config, &checked)?;
+    let mut session = Session::new(&config, &checked)?;
+    if let Some(server) = server {
+        eprintln!(
+            "wprof: serving Prometheus metrics on http://{}/metrics",
+            server.addr()
+        );
+        session.serve(server);
+    }
     let Outcome { run, exit_code } = session.trace(checked.start()?)?;
     warn_losses(&run, config.ring_size);
     write_outputs(&run, &config.outputs, config.quiet)?;

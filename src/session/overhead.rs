@@ -43,6 +43,8 @@ pub(super) struct OverheadWatch {
     quiet: bool,
     /// The largest share measured over one second, %.
     pub peak_pct: f64,
+    /// The share measured last, %.
+    pub last_pct: f64,
     /// Completed calls a second over the last measured second (returns of every phase).
     pub calls_per_s: f64,
     /// The same per phase id.
@@ -76,6 +78,7 @@ impl OverheadWatch {
             window_s: 0.0,
             quiet,
             peak_pct: 0.0,
+            last_pct: 0.0,
             calls_per_s: 0.0,
             phase_calls_per_s: vec![0.0; n],
             cpu_ns_per_s: 0.0,
@@ -177,6 +180,7 @@ impl OverheadWatch {
             0.0
         };
         self.peak_pct = self.peak_pct.max(pct);
+        self.last_pct = pct;
         if self.ticks == 1 && !self.quiet {
             let over = pct > self.budget_pct.unwrap_or(WARN_PCT);
             eprintln!(

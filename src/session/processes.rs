@@ -95,6 +95,85 @@ impl ProcessLabels {
     pub fn forked(&self) -> Vec<u32> {
         self.parents.keys().copied().collect()
     }
+
+    /// Forgets an exited process (`--serve`: a run of days must not keep every backend that
+    /// ever was); its children keep their own entries.
+    pub fn forget(&mut self, pid: u32) {
+        self.labels.remove(&pid);
+        self.parents.remove(&pid);
+    }
+
+    /// The `process` label of `pid` for `--serve --per-pid`: `DATADIR:PORT` of the PostgreSQL
+    /// server it belongs to when it or a traced ancestor is a postmaster (so every backend of
+    /// a segment shares one value, whatever its title says now), else its own label at first
+    /// sight, at most [`MAX_PROCESS_LABEL`] characters.
+    pub fn series_label(&self, pid: u32) -> String {
+        let mut p = pid;
+        for _ in 0..64 {
+            if let Some(server) = postgres_server(p, &self.label(p)) {
+                return server;
+            }
+            match self.parent(p) {
+                Some(q) => p = q,
+                None => break,
+            }
+        }
+        self.label(pid).chars().take(MAX_PROCESS_LABEL).collect()
+    }
+}
+
+/// The longest `process` label value `--serve` gives a command line.
+pub const MAX_PROCESS_LABEL: usize = 120;
+
+/// `DATADIR:PORT` (or `DATADIR`) when `cmdline` is a postmaster's: its program is `postgres`
+/// or `postmaster`. The data directory is its `-D`, else its working directory (a postmaster
+/// changes into it); the port its `-p` or `-c port=`, else line 4 of `postmaster.pid`.
+fn postgres_server(pid: u32, cmdline: &str) -> Option<String> {
+    let args: Vec<&str> = cmdline.split_whitespace().collect();
+    let program = Path::new(args.first()?).file_name()?.to_str()?;
+    if program != "postgres" && program != "postmaster" {
+        return None;
+    }
+    let datadir = arg_value(&args, "-D").or_else(|| {
+        std::fs::read_link(format!("/proc/{pid}/cwd"))
+            .ok()
+            .map(|p| p.to_string_lossy().into_owned())
+    })?;
+    let port = arg_value(&args, "-p")
+        .or_else(|| {
+            args.iter()
+                .find_map(|a| a.strip_prefix("port="))
+                .map(String::from)
+        })
+        .or_else(|| {
+            let root = format!("/proc/{pid}/root");
+            let dir = Path::new(&root).join(datadir.trim_start_matches('/'));
+            let text = std::fs::read_to_string(dir.join("postmaster.pid")).ok()?;
+            port_of_pid_file(&text)
+        });
+    Some(match port {
+        Some(p) => format!("{datadir}:{p}"),
+        None => datadir,
+    })
+}
+
+/// The value of option `flag` in `args` (`-D DIR` or `-DDIR`).
+fn arg_value(args: &[&str], flag: &str) -> Option<String> {
+    args.iter().enumerate().find_map(|(i, a)| {
+        if *a == flag {
+            args.get(i + 1).map(|v| v.to_string())
+        } else {
+            a.strip_prefix(flag)
+                .filter(|v| !v.is_empty())
+                .map(String::from)
+        }
+    })
+}
+
+/// The port in a `postmaster.pid` (its fourth line).
+fn port_of_pid_file(text: &str) -> Option<String> {
+    let port = text.lines().nth(3)?.trim();
+    port.parse::<u16>().ok().map(|p| p.to_string())
 }
 
 /// `/proc/PID/cmdline` with its NULs as spaces (a process title set by overwriting argv has
@@ -230,6 +309,48 @@ mod tests {
         assert!(found.contains(&pid), "{pid} not in {found:?}");
         assert!(!excluded.contains(&pid));
         assert!(others_mapping(&["/no/such/object".into()], &[]).is_empty());
+    }
+
+    #[test]
+    fn a_postmaster_names_its_data_directory_and_port() {
+        let me = std::process::id();
+        let pg = |c: &str| postgres_server(me, c);
+        assert_eq!(
+            pg("/usr/lib/postgresql/15/bin/postgres -D /srv/seg0 -p 6000").as_deref(),
+            Some("/srv/seg0:6000")
+        );
+        assert_eq!(
+            pg("postgres -D/srv/seg1 -c port=6001").as_deref(),
+            Some("/srv/seg1:6001")
+        );
+        // No -D: the working directory (this test's), no port found there.
+        let cwd = std::env::current_dir().unwrap();
+        assert_eq!(pg("postgres"), Some(cwd.to_string_lossy().into_owned()));
+        assert_eq!(pg("postgres: app db [local] INSERT"), None);
+        assert_eq!(pg("/usr/bin/python3 -D x"), None);
+        assert_eq!(
+            port_of_pid_file("4242\n/srv/seg0\n1700000000\n6000\n/tmp\n"),
+            Some("6000".into())
+        );
+        assert_eq!(port_of_pid_file("4242\n"), None);
+    }
+
+    #[test]
+    fn a_backend_takes_its_postmasters_label_and_others_their_own() {
+        let me = std::process::id();
+        let mut l = ProcessLabels::default();
+        l.labels.insert(
+            1,
+            "/usr/lib/postgresql/15/bin/postgres -D /srv/seg0 -p 6000".into(),
+        );
+        l.labels
+            .insert(me, "postgres: app db [local] INSERT".into());
+        l.parents.insert(me, 1);
+        assert_eq!(l.series_label(me), "/srv/seg0:6000");
+        l.labels.insert(2, "x".repeat(500));
+        assert_eq!(l.series_label(2).len(), MAX_PROCESS_LABEL);
+        l.forget(me);
+        assert_eq!(l.parent(me), None);
     }
 
     #[test]

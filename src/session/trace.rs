@@ -38,6 +38,8 @@ pub struct Session<'c> {
     guard: Option<Guard>,
     collector: Collector,
     costs: RunCosts,
+    /// The `--serve` endpoint, until the run starts collecting.
+    server: Option<crate::serve::Server>,
 }
 
 /// How a traced run ended.
@@ -71,7 +73,13 @@ impl<'c> Session<'c> {
             guard,
             collector,
             costs,
+            server: None,
         })
+    }
+
+    /// Serves the run's figures on `server` while it collects (`--serve`).
+    pub fn serve(&mut self, server: crate::serve::Server) {
+        self.server = Some(server);
     }
 
     /// Attaches to `target`, traces it until an end condition (Ctrl-C, SIGTERM,
@@ -315,6 +323,10 @@ impl<'c> Session<'c> {
                 pids,
                 c.quiet,
             ),
+            serve: self
+                .server
+                .take()
+                .map(|s| super::serve::Publisher::new(s, c)),
         };
         let sides = trace_loop::Sides {
             stacks: &mut stack_sink,

@@ -152,6 +152,12 @@ pub trait Hooks {
     /// Called after every drain with the tree so far and the traced processes; Some(reason)
     /// ends the run.
     fn tick(&mut self, agg: &mut Aggregator, traced: Vec<u32>) -> Option<EndReason>;
+    /// Called after every drain: `--serve` publishes when a scrape waits.
+    fn serve(
+        &mut self,
+        agg: &mut Aggregator,
+        labels: &mut super::processes::ProcessLabels,
+    ) -> Result<()>;
 }
 
 /// Reads events into `agg` until `watch` says the run is over.
@@ -191,6 +197,7 @@ pub fn run(
         if let Some(s) = snapshots.as_deref_mut() {
             s.tick(agg)?;
         }
+        hooks.serve(agg, labels)?;
         if let Some(r) = watch.check().or_else(|| hooks.tick(agg, labels.pids())) {
             break r;
         }
