@@ -109,8 +109,10 @@ impl Collector {
             match record_kind(&item) {
                 // A thread's queued spans come as one record (`span_queue` in probes/).
                 Some(SPAN) => item
-                    .chunks_exact(std::mem::size_of::<Event>())
-                    .filter_map(read)
+                    .as_chunks::<{ std::mem::size_of::<Event>() }>()
+                    .0
+                    .iter()
+                    .filter_map(|c| read(c))
                     .for_each(|e| sink(&e)),
                 Some(NODE_DEF | FORK | MAPS_CHANGED) => read(&item).iter().for_each(&mut sink),
                 Some(CPU_SAMPLE | OFF_CPU) => read(&item).iter().for_each(&mut stacks),

@@ -8,6 +8,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 
 mod attach_run;
 mod fixture_run;
+pub mod http;
 pub mod pg;
 
 #[allow(unused_imports)] // not every test binary uses the fixture helpers

@@ -10,6 +10,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
+use super::http::free_port;
+
 /// Debian's PostgreSQL 15 binaries.
 pub const PG_BIN: &str = "/usr/lib/postgresql/15/bin";
 
@@ -39,13 +41,6 @@ pub struct Pg {
     pub port: u16,
     /// Server settings beyond the defaults (`-c name=value` each), kept for restarts.
     settings: Vec<String>,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("pick a free port")
 }
 
 fn as_postgres(dir: &Path, program: &str) -> Command {

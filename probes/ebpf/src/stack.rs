@@ -13,15 +13,15 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray},
 };
 use wprof_common::{
-    config, counter, Event, EventKind, PhaseCounters, ThreadStack,
-    FRAME_URETPROBE, GOROUTINE_KEY_BIT, MAX_DEPTH, MAX_THREADS,
+    config, counter, Event, EventKind, PhaseCounters, ThreadStack, FRAME_URETPROBE,
+    GOROUTINE_KEY_BIT, MAX_DEPTH, MAX_THREADS,
 };
 
 use crate::events::{define_node, node_hash};
 use crate::go::{emit_stw, stw_total, GO_PROCS};
 use crate::kernel_agg::aggregate_call;
-use crate::span_queue::{queue_span, send_queued};
 use crate::maps::{bump, count_abandoned, get_or_insert_with, CONFIG, PHASE_COSTS};
+use crate::span_queue::{queue_span, send_queued};
 
 /// Open phases per thread, keyed by pid_tgid, and per goroutine for Go phases (keyed by
 /// `goroutine_key`). Allocated on the first entry; freed as `release_stack` says.
