@@ -205,6 +205,27 @@ impl Tracer {
                 let _ = stacks.remove(&k);
             }
         }
+        self.sweep_exited_processes();
+    }
+
+    /// `--follow-forks`: forgets the traced processes that exited. BPF forgets a thread at its
+    /// exit but not a process's leader (its other threads may still run, and the set is keyed
+    /// by tgid), so without this a pid the kernel hands out again (every ~32,768 forks with
+    /// the default pid_max: pgbench -C gets there in minutes) made an unrelated process
+    /// traced. A pid reused within the second, by a fork of a traced process, is in the set
+    /// again at once (the fork tracepoint) and alive, so it stays.
+    fn sweep_exited_processes(&mut self) {
+        let Ok(mut traced) = self.traced_mut() else {
+            return;
+        };
+        let gone: Vec<u32> = traced
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
+            .collect();
+        for pid in gone {
+            let _ = traced.remove(&pid);
+        }
     }
 }
 
