@@ -19,12 +19,11 @@ T=${3:-15}
 # shellcheck source=benches/setup.sh
 . benches/setup.sh
 LIB=/usr/lib/x86_64-linux-gnu/librocksdb.so.7.8
-PGBIN=/usr/lib/postgresql/15/bin
 [ -e "$LIB" ] || { echo "no $LIB: apt install librocksdb-dev rocksdb-tools" >&2; exit 1; }
-[ -x "$PGBIN/pgbench" ] || { echo "no $PGBIN/pgbench: apt install postgresql-15" >&2; exit 1; }
+# shellcheck source=benches/pg_cluster.sh
+. benches/pg_cluster.sh
 tmp=$(mktemp -d)
 chmod 755 "$tmp"
-pg_stop() { runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m fast stop >/dev/null 2>&1 || true; }
 trap 'pg_stop; rm -rf "$tmp"' EXIT
 
 summary() { # summary RUN.json ROOT -> "corr_mean_us live sampled-children"
@@ -71,16 +70,8 @@ done
 fi
 
 echo "== PostgreSQL 15 pgbench tpcb-like, 2 clients, ${T} s (wprof --follow-forks --max-overhead 5%)"
-mkdir "$tmp/pg" && chown postgres "$tmp/pg" && chmod 700 "$tmp/pg"
-chown postgres "$tmp"
-runuser -u postgres -- "$PGBIN/initdb" -D "$tmp/pg" >/dev/null
-port=$((20000 + RANDOM % 20000))
-runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
-  -o "-p $port -c listen_addresses='' -c unix_socket_directories='$tmp' -c synchronous_commit=off" start >/dev/null
-pgb() { runuser -u postgres -- "$PGBIN/pgbench" -h "$tmp" -p "$port" "$@" postgres 2>&1; }
-pgb -i -s 4 >/dev/null
+pg_start "$tmp"
 tps() { pgb -c 2 -T "$T" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-pm=$(head -n1 "$tmp/pg/postmaster.pid")
 cat >"$tmp/pg.bt" <<BT
 uprobe:$PGBIN/postgres:standard_ExecutorRun { @s[tid] = nsecs; }
 uretprobe:$PGBIN/postgres:standard_ExecutorRun /@s[tid]/ { @lat = avg(nsecs - @s[tid]); delete(@s[tid]); }

@@ -12,18 +12,12 @@ cd "$(dirname "$0")/.."
 . benches/setup.sh
 T=${1:-10}
 ROUNDS=${2:-3}
-PGBIN=/usr/lib/postgresql/15/bin
-tmp=$(mktemp -d); chmod 755 "$tmp"
-trap 'runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m fast stop >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
-mkdir "$tmp/pg" && chown postgres "$tmp" "$tmp/pg" && chmod 700 "$tmp/pg"
-runuser -u postgres -- "$PGBIN/initdb" -D "$tmp/pg" >/dev/null 2>&1
-port=$((20000 + RANDOM % 20000))
-runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
-  -o "-p $port -c listen_addresses='' -c unix_socket_directories='$tmp' -c synchronous_commit=off" start >/dev/null
-pgb() { runuser -u postgres -- "$PGBIN/pgbench" -h "$tmp" -p "$port" "$@" postgres 2>&1; }
-pgb -i -s 4 >/dev/null
+# shellcheck source=benches/pg_cluster.sh
+. benches/pg_cluster.sh
+tmp=$(mktemp -d)
+trap 'pg_stop; rm -rf "$tmp"' EXIT
+pg_start "$tmp"
 tps() { pgb -c 2 -T "$T" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-pm=$(head -n1 "$tmp/pg/postmaster.pid")
 cat >"$tmp/pg.bt" <<BT
 uprobe:$PGBIN/postgres:standard_ExecutorRun { @s[tid] = nsecs; }
 uretprobe:$PGBIN/postgres:standard_ExecutorRun /@s[tid]/ { @lat = avg(nsecs - @s[tid]); delete(@s[tid]); }

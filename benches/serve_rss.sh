@@ -18,27 +18,17 @@ SECONDS_RUN=${1:-600}
 EVERY=${2:-60}
 # shellcheck source=benches/setup.sh
 . benches/setup.sh
-PGBIN=/usr/lib/postgresql/15/bin
-[ -x "$PGBIN/pgbench" ] || { echo "no $PGBIN/pgbench: apt install postgresql-15" >&2; exit 1; }
+# shellcheck source=benches/pg_cluster.sh
+. benches/pg_cluster.sh
 tmp=$(mktemp -d)
-chmod 755 "$tmp"
 wp=""
 cleanup() {
   [ -n "$wp" ] && kill -INT "$wp" 2>/dev/null && wait "$wp" 2>/dev/null
-  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -m fast stop >/dev/null 2>&1 || true
+  pg_stop
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-
-mkdir "$tmp/pg" && chown postgres "$tmp" "$tmp/pg" && chmod 700 "$tmp/pg"
-runuser -u postgres -- "$PGBIN/initdb" -D "$tmp/pg" >/dev/null
-port=$((20000 + RANDOM % 20000))
-runuser -u postgres -- "$PGBIN/pg_ctl" -D "$tmp/pg" -l "$tmp/pg.log" -w \
-  -o "-p $port -c listen_addresses='' -c unix_socket_directories='$tmp' -c synchronous_commit=off" \
-  start >/dev/null
-pgb() { runuser -u postgres -- "$PGBIN/pgbench" -h "$tmp" -p "$port" "$@" postgres 2>&1; }
-pgb -i -s 4 >/dev/null
-pm=$(head -n1 "$tmp/pg/postmaster.pid")
+pg_start "$tmp"
 
 addr=127.0.0.1:$((40000 + RANDOM % 20000))
 "$W" attach -q --target postgres --pid "$pm" --follow-forks --per-pid --serve "$addr" \

@@ -219,8 +219,6 @@ pub struct ThreadStack {
     pub pending: u32,
     /// Explicit padding (the struct is shared with BPF byte for byte).
     pub _pad: u32,
-    /// When the oldest queued span was queued (CLOCK_MONOTONIC ns).
-    pub pending_since: u64,
     /// Completed calls (`Span` events) queued until their root call returns, the queue is
     /// full or [`SPAN_QUEUE_FLUSH_NS`] passed: one ring-buffer record carries them all,
     /// instead of one record a call.

@@ -21,17 +21,14 @@ const _: () = assert!(SPAN_QUEUE.is_power_of_two());
 /// call returned: nothing of it is left to wait for) or it is full or old.
 #[inline(always)]
 pub(crate) fn queue_span(st: &mut ThreadStack, span: Event, now: u64, root: bool) {
-    let mut n = st.pending as usize;
-    if n >= SPAN_QUEUE {
-        send_queued(st);
-        n = 0;
-    }
-    if n == 0 {
-        st.pending_since = now;
-    }
-    st.spans[n & QUEUE_MASK] = span;
+    // Below SPAN_QUEUE between calls: a full queue is sent at once.
+    let n = st.pending as usize & QUEUE_MASK;
+    st.spans[n] = span;
     st.pending = n as u32 + 1;
-    if root || n + 1 >= SPAN_QUEUE || now.wrapping_sub(st.pending_since) > SPAN_QUEUE_FLUSH_NS {
+    // The oldest queued span was queued when it ended.
+    let oldest = &st.spans[0];
+    let queued_at = oldest.start_ns + oldest.dur_ns;
+    if root || n + 1 >= SPAN_QUEUE || now.wrapping_sub(queued_at) > SPAN_QUEUE_FLUSH_NS {
         send_queued(st);
     }
 }
