@@ -173,10 +173,15 @@ fn assert_counters_zero(run: &serde_json::Value, keys: &[&str]) {
 }
 
 /// Counts exact, nothing lost, unmatched or abandoned, every method's time within `tol` of
-/// the fixture's own timer, rows as the fixture counted them: parquet-go's `Write` returns the
+/// the fixture's own timer (plus `waits_ns` of run-queue waits above it), rows as the fixture counted them: parquet-go's `Write` returns the
 /// rows it wrote (one call per row), and no phase counts rows from `WriteBatch`'s batch
 /// pointer.
-fn assert_matches_fixture(run: &serde_json::Value, t: &HashMap<String, u64>, tol: f64) {
+fn assert_matches_fixture(
+    run: &serde_json::Value,
+    t: &HashMap<String, u64>,
+    tol: f64,
+    waits_ns: f64,
+) {
     let sums = phase_sums(run);
     assert_counters_zero(
         run,
@@ -205,17 +210,23 @@ fn assert_matches_fixture(run: &serde_json::Value, t: &HashMap<String, u64>, tol
         // The fixture's timer starts after the entry probe and stops before the return
         // probe, so it holds none of the phase's own probe time but all of its nested
         // phases' (their entries and returns run inside it): corrected + nested probes.
+        // wprof may also hold a few waits for the run queue the timer cannot see: a goroutine
+        // preempted in its prologue (after the entry probe, before `time.Now()`) or after the
+        // deferred stop waits for its turn among the goroutines and the other tests on 2 CPUs.
+        // Seen with 32 goroutines: 20 ms on the 208 calls of a 1 ms phase in CI (10%). So the
+        // upper bound has `waits_ns` of slack for such runs, the lower bound none.
         let got = s.corrected_ns as f64 + s.nested_probe_ns;
         assert!(
-            (got - ns).abs() <= ns * tol,
+            got >= ns * (1.0 - tol) && got <= ns * (1.0 + tol) + waits_ns,
             "{phase}: wprof {:.1} µs a call (corrected {:.1} + nested probes {:.1}; raw {:.1}), \
-             the fixture's timer {:.1} µs, want within {:.0}%",
+             the fixture's timer {:.1} µs, want within {:.0}% (+{:.0} ms of run-queue waits)",
             got / calls as f64 / 1e3,
             s.corrected_ns as f64 / calls as f64 / 1e3,
             s.nested_probe_ns / calls as f64 / 1e3,
             s.raw_ns as f64 / calls as f64 / 1e3,
             ns / calls as f64 / 1e3,
-            tol * 100.0
+            tol * 100.0,
+            waits_ns / 1e6
         );
     }
     let pqgo_rows = t["parquet_go_rows_written"];
@@ -280,7 +291,7 @@ fn a_hundred_thousand_calls_under_gc_pressure_are_exact_and_match_the_programs_t
     // Real Parquet files, all rows read back; the GC ran hard.
     assert_eq!(t["rows_read"], 2 * 50_000 * 4);
     assert!(t["gc_runs"] >= 100, "gc_runs={}", t["gc_runs"]);
-    assert_matches_fixture(&run, &t, 0.05);
+    assert_matches_fixture(&run, &t, 0.05, 50e6);
     // The libraries' own writes nest under the backends' methods as in lakerunner: arrow's
     // under the flush of a WriteBatch (or of Close), parquet-go's only under Close, which
     // streams the buffered rows; and the GC's assists were seen inside them.
@@ -361,7 +372,7 @@ fn attach_by_pid_counts_exactly() {
     let o = w.wait_with_output().expect("wprof");
     assert!(o.status.success(), "{}", text(&o));
     let run = read_json(&json);
-    assert_matches_fixture(&run, &truth(&f.stdout), 0.05);
+    assert_matches_fixture(&run, &truth(&f.stdout), 0.05, 0.0);
 }
 
 #[test]
@@ -392,7 +403,7 @@ fn a_stripped_build_resolves_through_gopclntab_and_forced_uretprobes_are_refused
     for p in run["phases"].as_array().unwrap() {
         assert_eq!(p["return_mode"], "ret-sites", "{p}");
     }
-    assert_matches_fixture(&run, &truth(&out.stdout), 0.05);
+    assert_matches_fixture(&run, &truth(&out.stdout), 0.05, 0.0);
 }
 
 #[test]
@@ -686,7 +697,7 @@ fn in_kernel_aggregation_keeps_go_counts_times_and_pauses() {
         summary(&run)
     );
     let t = truth(&out.stdout);
-    assert_matches_fixture(&run, &t, 0.05);
+    assert_matches_fixture(&run, &t, 0.05, 0.0);
     let mut paused = 0;
     for backend in ["arrow_write_batch", "pqgo_write_batch"] {
         let stw = node(&run, &[backend, "gc_stw"]);
