@@ -8,7 +8,6 @@ mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use common::pg::{self, pg_and_bpf, Pg, Session};
 use common::*;
@@ -597,83 +596,4 @@ fn harness_starts_a_cluster_and_a_session() {
     assert_eq!(s.ok("SELECT count(*) FROM t;"), vec!["1"]);
     assert_eq!(pg.psql("SELECT 41 + 1;").trim(), "42");
     let _ = Command::new("true").status();
-}
-
-/// The Prometheus endpoint on a real server whose backends come and go (`--serve --follow-forks
-/// --per-pid`): every series of a backend carries its server's `DATADIR:PORT`, so the backends of
-/// one segment add up in one series; the exited backends are forgotten (the processes gauge
-/// comes back down) and their calls stay in the series; the final counts are the JSON's.
-#[test]
-fn serve_labels_backends_with_their_server_and_forgets_the_exited_ones() {
-    let Some(_g) = pg_and_bpf() else { return };
-    let pg = Pg::start();
-    pg.psql("CREATE TABLE s (id int PRIMARY KEY);");
-    let postmaster = pg.postmaster_pid();
-    let dir = tempdir();
-    let json = dir.path().join("run.json");
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{}", http::free_port()).parse().unwrap();
-    let w = Attach::start(
-        &[
-            "--target",
-            "postgres",
-            "--pid",
-            &postmaster.to_string(),
-            "--follow-forks",
-            "--per-pid",
-            "--serve",
-            &addr.to_string(),
-        ],
-        &json,
-    );
-    // Twenty backends, each forked after the attach, inserting one row and exiting.
-    const BACKENDS: u64 = 20;
-    for i in 0..BACKENDS {
-        pg.psql(&format!("INSERT INTO s VALUES ({i});"));
-    }
-    let segment = format!("{}:{}", pg.dir().join("data").display(), pg.port);
-    // Exited processes are retired within a fraction of a second after wprof sees them go.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let (calls, live, body) = loop {
-        let (status, body) = http::get(addr, "/metrics").expect("scrape wprof");
-        assert_eq!(status, 200, "{body}");
-        // `NAME{LABELS} VALUE` lines of the text exposition.
-        let value = |name: &str, has: &[&str]| {
-            body.lines().find_map(|l| {
-                let (series, v) = l.rsplit_once(' ')?;
-                let wanted = series.starts_with(name) && has.iter().all(|h| series.contains(h));
-                wanted.then(|| v.parse::<f64>().ok()).flatten()
-            })
-        };
-        let process = format!("process=\"{segment}\"");
-        let calls = value(
-            "wprof_phase_calls_total{",
-            &["phase=\"executor_run/heap_insert\"", &process],
-        );
-        let live = value("wprof_serve_processes", &[]);
-        if calls == Some(BACKENDS as f64) && live.is_some_and(|n| n <= 1.0) {
-            break (calls, live, body);
-        }
-        assert!(
-            Instant::now() < deadline,
-            "calls {calls:?}, live {live:?}:\n{body}"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    };
-    // No series names a backend by its own title: they all fold into the server's.
-    assert!(
-        body.lines()
-            .filter(|l| l.starts_with("wprof_phase_calls_total{"))
-            .all(|l| l.contains(&format!("process=\"{segment}\""))),
-        "{body}"
-    );
-    let (_, stderr) = w.stop();
-    let run = read_json(&json);
-    assert_eq!(
-        count(&run, &["executor_run", "heap_insert"]),
-        BACKENDS,
-        "{stderr}\n{}",
-        summary(&run)
-    );
-    assert_eq!(calls, Some(BACKENDS as f64));
-    assert!(live.is_some_and(|n| n <= 1.0));
 }

@@ -5,6 +5,9 @@
 //! counts exactly, the 99th percentile within the native histogram's stated error. Per event
 //! and with `--aggregate kernel`. Every process is killed at the end, also on failure.
 //!
+//! The same endpoint on a real PostgreSQL 15 whose backends come and go: their series carry
+//! their server's `DATADIR:PORT`, and exited backends are forgotten.
+//!
 //! The privileged tests check their capability first (common::bpf_available) and run one at
 //! a time (common::bpf_lock); without /usr/bin/prometheus they skip, except under
 //! WPROF_REQUIRE_BPF=1 where that fails.
@@ -17,6 +20,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::http::{free_port, get};
+use common::pg::{pg_and_bpf, Pg};
 use common::*;
 use wprof::serve::native::QUANTILE_ERROR;
 
@@ -282,4 +286,83 @@ fn a_port_in_use_fails_before_attaching() {
     assert!(!err.contains("attached"), "{err}");
     let out = run(wprof().args(["attach", "-t", "fixture", "-p", &me, "--serve", "nohost"]));
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+/// The Prometheus endpoint on a real server whose backends come and go (`--serve --follow-forks
+/// --per-pid`): every series of a backend carries its server's `DATADIR:PORT`, so the backends of
+/// one segment add up in one series; the exited backends are forgotten (the processes gauge
+/// comes back down) and their calls stay in the series; the final counts are the JSON's.
+#[test]
+fn serve_labels_backends_with_their_server_and_forgets_the_exited_ones() {
+    let Some(_g) = pg_and_bpf() else { return };
+    let pg = Pg::start();
+    pg.psql("CREATE TABLE s (id int PRIMARY KEY);");
+    let postmaster = pg.postmaster_pid();
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let w = Attach::start(
+        &[
+            "--target",
+            "postgres",
+            "--pid",
+            &postmaster.to_string(),
+            "--follow-forks",
+            "--per-pid",
+            "--serve",
+            &addr.to_string(),
+        ],
+        &json,
+    );
+    // Twenty backends, each forked after the attach, inserting one row and exiting.
+    const BACKENDS: u64 = 20;
+    for i in 0..BACKENDS {
+        pg.psql(&format!("INSERT INTO s VALUES ({i});"));
+    }
+    let segment = format!("{}:{}", pg.dir().join("data").display(), pg.port);
+    // Exited processes are retired within a fraction of a second after wprof sees them go.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (calls, live, body) = loop {
+        let (status, body) = get(addr, "/metrics").expect("scrape wprof");
+        assert_eq!(status, 200, "{body}");
+        // `NAME{LABELS} VALUE` lines of the text exposition.
+        let value = |name: &str, has: &[&str]| {
+            body.lines().find_map(|l| {
+                let (series, v) = l.rsplit_once(' ')?;
+                let wanted = series.starts_with(name) && has.iter().all(|h| series.contains(h));
+                wanted.then(|| v.parse::<f64>().ok()).flatten()
+            })
+        };
+        let process = format!("process=\"{segment}\"");
+        let calls = value(
+            "wprof_phase_calls_total{",
+            &["phase=\"executor_run/heap_insert\"", &process],
+        );
+        let live = value("wprof_serve_processes", &[]);
+        if calls == Some(BACKENDS as f64) && live.is_some_and(|n| n <= 1.0) {
+            break (calls, live, body);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "calls {calls:?}, live {live:?}:\n{body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    // No series names a backend by its own title: they all fold into the server's.
+    assert!(
+        body.lines()
+            .filter(|l| l.starts_with("wprof_phase_calls_total{"))
+            .all(|l| l.contains(&format!("process=\"{segment}\""))),
+        "{body}"
+    );
+    let (_, stderr) = w.stop();
+    let run = read_json(&json);
+    assert_eq!(
+        u(node(&run, &["executor_run", "heap_insert"]), "count"),
+        BACKENDS,
+        "{stderr}\n{}",
+        summary(&run)
+    );
+    assert_eq!(calls, Some(BACKENDS as f64));
+    assert!(live.is_some_and(|n| n <= 1.0));
 }

@@ -21,7 +21,7 @@ fn write_units(run: &Run, out: &mut String) {
             if u.total == 0 || root.total_ns == 0 {
                 return;
             }
-            let one = super::text::singular(&u.name);
+            let one = super::units::singular(&u.name);
             let per_unit = root.total_ns as f64 / u.total as f64;
             let mut line = format!(
                 "{}: {} {} {} · {} {}/{one} · {} {}/s inside {}",

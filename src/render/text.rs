@@ -17,7 +17,7 @@ use crate::model::Run;
 use crate::model::{PhaseTree, SplitTrees, TreeNode};
 
 use super::footer;
-use super::units::{format_ns, format_ns_u64, format_share};
+use super::units::{calls, format_ns, format_ns_u64, format_share, per_root, ratio, singular};
 
 /// How the text tree is drawn.
 #[derive(Debug, Clone, PartialEq)]
@@ -555,37 +555,6 @@ fn sampled_text(s: crate::model::SampledShare) -> String {
         s.share_low * 100.0,
         s.share_high * 100.0
     )
-}
-
-/// `rows` -> `row`, for "µs/row".
-pub(super) fn singular(unit: &str) -> &str {
-    unit.strip_suffix('s')
-        .filter(|s| !s.is_empty())
-        .unwrap_or(unit)
-}
-
-fn per_root(ns: u64, root_calls: u64) -> String {
-    if root_calls == 0 {
-        "-".to_string()
-    } else {
-        format_ns(ns as f64 / root_calls as f64)
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 {
-        f64::NAN
-    } else {
-        a as f64 / b as f64
-    }
-}
-
-fn calls(n: u64) -> String {
-    if n == 1 {
-        "1 call".to_string()
-    } else {
-        format!("{n} calls")
-    }
 }
 
 /// Characters of a grouped node's string the tree shows (JSON has all of it).

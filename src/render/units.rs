@@ -70,6 +70,40 @@ fn round_to(v: f64, decimals: i32) -> f64 {
     (v * f).round() / f
 }
 
+/// `rows` -> `row`, for "µs/row".
+pub(super) fn singular(unit: &str) -> &str {
+    unit.strip_suffix('s')
+        .filter(|s| !s.is_empty())
+        .unwrap_or(unit)
+}
+
+/// A node's time per root call, or "-" without root calls.
+pub(super) fn per_root(ns: u64, root_calls: u64) -> String {
+    if root_calls == 0 {
+        "-".to_string()
+    } else {
+        format_ns(ns as f64 / root_calls as f64)
+    }
+}
+
+/// `a / b`, NaN when `b` is 0.
+pub(super) fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 {
+        f64::NAN
+    } else {
+        a as f64 / b as f64
+    }
+}
+
+/// "1 call", "N calls".
+pub(super) fn calls(n: u64) -> String {
+    if n == 1 {
+        "1 call".to_string()
+    } else {
+        format!("{n} calls")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
