@@ -3,7 +3,8 @@
 # kernel-matrix-guest.sh - /init of the kernel matrix's initramfs (see kernel-matrix.sh).
 #
 # Runs as PID 1 under busybox sh inside a qemu guest booted from a Debian kernel package.
-# The initramfs holds busybox, /km/wprof, /km/writepath (the C fixture), the shared libraries
+# The initramfs holds busybox, /km/wprof, /km/writepath (the C fixture), the unwind torture
+# fixtures, /km/db_bench (RocksDB's, when the host has it), the shared libraries
 # they need, and kernel-matrix.sh's files: smoke.toml (hypotheses on the fixture profile),
 # kernel.toml (a profile with an fdatasync syscall phase) and kernel-check.toml. Everything it reports goes to the serial console:
 #   KM@ begin NAME / KM@ end NAME   a block of raw output (doctor, record, attach, ...)
@@ -258,6 +259,70 @@ unwind_cost() {
     say "set unwind_cost $line"
 }
 
+# RocksDB's db_bench (Debian's librocksdb, a real C++ engine) under the `rocksdb` profile:
+# untraced, guarded (wprof's default where the guard loads) and plain uretprobes, DB_N
+# fillrandom writes each. A run passes when it exits 0, wprof counted exactly as many
+# write_impl calls as RocksDB's own rocksdb.db.write.micros COUNT, and the default run was
+# guarded. The cost line: db_bench's ops/s, RocksDB's own mean write time in that run (SUM /
+# COUNT, µs: every probe inside the write adds to it) and wprof's corrected write_impl mean.
+DB_N=5000
+db_bench() {
+    rm -rf /tmp/rdb
+    # shellcheck disable=SC2068 # the words before db_bench are a command prefix
+    $@ /km/db_bench --benchmarks=fillrandom --num=$DB_N --statistics=1 \
+        --write_buffer_size=4194304 --db=/tmp/rdb
+}
+# db_field OUT FIELD: from db_bench's output, ops (ops/s), count or mean (µs) of
+# rocksdb.db.write.micros (its line ends `... COUNT : n SUM : s`)
+db_field() {
+    case $2 in
+        ops) sed -n 's/^fillrandom .* \([0-9][0-9]*\) ops\/sec.*/\1/p' "$1" | head -n1 ;;
+        count) awk '$1 == "rocksdb.db.write.micros" { print $(NF-3) }' "$1" ;;
+        mean) awk '$1 == "rocksdb.db.write.micros" && $(NF-3) > 0 { printf "%.1f", $NF / $(NF-3) }' "$1" ;;
+    esac
+}
+# tree_field OUT FIELD: n (calls) or mean (corrected, with its unit) of the tree's write_impl row
+tree_field() {
+    case $2 in
+        n) sed -n 's/^write_impl .* n=\([0-9][0-9]*\) .*/\1/p' "$1" | head -n1 ;;
+        mean) sed -n 's/^write_impl .* mean *\([0-9.][0-9.]* [^ ]*\) .*/\1/p' "$1" | head -n1 ;;
+    esac
+}
+rocksdb() {
+    if [ ! -x /km/db_bench ]; then
+        say "set rocksdb not run (no db_bench on the host)"
+        return
+    fi
+    say "begin rocksdb"
+    db_bench >/tmp/db-untraced.out 2>&1
+    line="untraced $(db_field /tmp/db-untraced.out ops) ops/s, own $(db_field /tmp/db-untraced.out mean) µs"
+    verdict=PASS
+    for mode in auto uretprobe; do
+        db_bench $W record --target rocksdb --return $mode --json "/tmp/db-$mode.json" -- \
+            >"/tmp/db-$mode.out" 2>"/tmp/db-$mode.err"
+        rc=$?
+        show "/tmp/db-$mode.err"
+        n=$(tree_field "/tmp/db-$mode.out" n)
+        own=$(db_field "/tmp/db-$mode.out" count)
+        name=$mode
+        if grep -q '"return_mode": "guarded"' "/tmp/db-$mode.json" 2>/dev/null; then
+            name=guarded
+        fi
+        if [ "$rc" -ne 0 ]; then
+            verdict="FAIL($mode rc=$rc)"
+        elif [ -z "$n" ] || [ "$n" != "$own" ] || [ "$own" != "$DB_N" ]; then
+            verdict="FAIL($mode n=$n, RocksDB's COUNT $own)"
+        elif [ "$mode" = auto ] && [ "$name" != guarded ]; then
+            verdict="FAIL(default not guarded)"
+        fi
+        line="$line; $name $(db_field "/tmp/db-$mode.out" ops) ops/s, own $(db_field "/tmp/db-$mode.out" mean) µs, wprof $(tree_field "/tmp/db-$mode.out" mean)"
+    done
+    echo "$line"
+    say "end rocksdb rc=0"
+    say "set rocksdb $verdict"
+    say "set rocksdb_cost $line"
+}
+
 main() {
     setup
     say "set release $(uname -r)"
@@ -265,6 +330,7 @@ main() {
     doctor
     record
     unwind
+    rocksdb
     record_kernel
     attach attach "" fixture /km/smoke.toml
     # per-point links forced: only new where the plain attach used uprobe_multi (fewer links)

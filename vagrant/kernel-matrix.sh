@@ -138,6 +138,11 @@ build_initramfs() {
     copy_with_libs "$KM_DIR/fixtures/unwind-torture-rs" km/torture-rs "$stage"
     cp "$ROOT/tests/fixtures/unwind/unwind-rs.toml" "$stage/km/unwind-rs.toml"
     cp "$ROOT/tests/fixtures/unwind/unwind.toml" "$stage/km/unwind.toml"
+    # RocksDB's db_bench (rocksdb-tools, which .ci/install.sh installs): a real C++ engine
+    # under the guard; without it the guest says the stage did not run
+    if [ -x /usr/bin/db_bench ]; then
+        copy_with_libs /usr/bin/db_bench km/db_bench "$stage"
+    fi
     objcopy --strip-debug "$WPROF_BIN" "$KM_DIR/wprof"    # 60 MB -> 9 MB: faster to load
     copy_with_libs "$KM_DIR/wprof" km/wprof "$stage"
     write_checks "$stage/km"
@@ -238,7 +243,7 @@ verdict_of() {
 
 # run_kernel PKG INITRD: boots one kernel, appends its row to ROWS, sets FAILED on a failure
 run_kernel() {
-    local pkg tree dir console t0 secs kernel doctor multi rec att pp kern kagg unw verdict
+    local pkg tree dir console t0 secs kernel doctor multi rec att pp kern kagg unw rdb verdict
     pkg=$(resolve_pkg "$1")
     tree=$(fetch_kernel "$pkg")
     dir=$KM_DIR/runs/$pkg
@@ -257,12 +262,14 @@ run_kernel() {
     kern=$(value kernel "$console")
     kagg=$(value kagg "$console")
     unw=$(value unwind "$console")
+    rdb=$(value rocksdb "$console")
     block doctor "$console" >"$dir/doctor.txt"
-    verdict=$(verdict_of "$console" "$doctor" "$rec" "$att" "$pp" "$kern" "$kagg" "$unw")
+    verdict=$(verdict_of "$console" "$doctor" "$rec" "$att" "$pp" "$kern" "$kagg" "$unw" "$rdb")
     [ "$verdict" = PASS ] || { FAILED=1; log "$pkg: $verdict, see $console"; }
-    ROWS+=("| ${kernel:-$pkg} | $doctor | $multi | ${rec:--} | ${att:--} | ${pp:--} | ${kern:--} | ${kagg:--} | ${unw:--} | $secs (boot $(value boot_s "$console")) | $verdict |")
+    ROWS+=("| ${kernel:-$pkg} | $doctor | $multi | ${rec:--} | ${att:--} | ${pp:--} | ${kern:--} | ${kagg:--} | ${unw:--} | ${rdb:--} | $secs (boot $(value boot_s "$console")) | $verdict |")
     DOCTORS+=("$pkg" "$dir/doctor.txt")
     COSTS+=("| ${kernel:-$pkg} | $(value unwind_cost "$console") |")
+    DBCOSTS+=("| ${kernel:-$pkg} | $(value rocksdb_cost "$console") |")
 }
 
 # clip FILE: FILE, or its first 10 and last 22 lines when longer than 40 (a verifier log:
@@ -283,12 +290,15 @@ clip() {
 report() {
     local i
     {
-        echo "| kernel | doctor | uprobe_multi | record | attach | per-point attach | kernel programs | in-kernel aggregation | unwind guard | seconds | result |"
-        echo "|---|---|---|---|---|---|---|---|---|---|---|"
+        echo "| kernel | doctor | uprobe_multi | record | attach | per-point attach | kernel programs | in-kernel aggregation | unwind guard | db_bench guarded | seconds | result |"
+        echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
         printf '%s\n' "${ROWS[@]}"
         printf '\n%s\n\n| kernel | per frame (entry + return), torture plain 20000 |\n|---|---|\n' \
             "Return modes on eight nested C++ frames (TCG: compare within a row, not with real hardware):"
         printf '%s\n' "${COSTS[@]}"
+        printf '\n%s\n\n| kernel | db_bench fillrandom |\n|---|---|\n' \
+            "RocksDB's db_bench under the rocksdb profile (own = RocksDB's mean write, wprof = corrected write_impl mean):"
+        printf '%s\n' "${DBCOSTS[@]}"
         for ((i = 0; i < ${#DOCTORS[@]}; i += 2)); do
             printf '\n%s on %s:\n\n~~~\n%s\n~~~\n' "\`wprof doctor\`" "${DOCTORS[i]}" "$(clip "${DOCTORS[i + 1]}")"
         done
@@ -304,7 +314,7 @@ main() {
     ensure_wprof
     mkdir -p "$KM_DIR/debs" "$KM_DIR/kernels" "$KM_DIR/runs"
     build_initramfs "$KM_DIR/initrd.cpio"
-    ROWS=() DOCTORS=() COSTS=() FAILED=0
+    ROWS=() DOCTORS=() COSTS=() DBCOSTS=() FAILED=0
     local k
     for k in "${kernels[@]}"; do
         run_kernel "$k" "$KM_DIR/initrd.cpio"
