@@ -167,6 +167,18 @@ impl Tracer {
         Ok(cpus.len())
     }
 
+    /// What one CPU sample costs the code it interrupts, ns (see [`super::sampler::sample_cost_ns`]):
+    /// measured before anything attaches, so `--max-overhead` can count the sampler.
+    pub fn sample_cost_ns(&mut self) -> Result<f64> {
+        let (prog, first) = self.extra_program::<PerfEvent>(program::CPU_SAMPLE)?;
+        if first {
+            verified(program::CPU_SAMPLE, prog.load())?;
+        }
+        use std::os::fd::{AsFd, AsRawFd};
+        let prog_fd = prog.fd()?.as_fd().as_raw_fd();
+        super::sampler::sample_cost_ns(prog_fd)
+    }
+
     /// One of the on-demand programs, and whether it still has to be loaded (first use).
     pub(super) fn extra_program<P>(&mut self, name: &'static str) -> Result<(&mut P, bool)>
     where

@@ -369,8 +369,9 @@ impl<'a> Keeper<'a> {
         let cpu = watch.cpu_ns_per_s;
         let head = format!(
             "probes took {pct:.1}% of the traced processes' CPU time over the last {:.2} s, \
-             above --max-overhead {budget}%",
-            watch.window_s
+             above {}",
+            watch.window_s,
+            watch.budget_phrase()
         );
         let moved: Vec<u32> = self.moved.iter().map(|m| m.id).collect();
         let rates = |id: u32| {

@@ -110,6 +110,8 @@ pub struct TraceConfig {
     pub in_situ: bool,
     /// CPU samples a second (`--cpu-sample`, or the rate sampled phases need).
     pub cpu_sample_hz: Option<u64>,
+    /// Whether `--cpu-sample` set that rate (else `--max-overhead` may lower it to fit).
+    pub cpu_sample_fixed: bool,
     /// `--off-cpu`: time off the CPU, and where threads block.
     pub off_cpu: bool,
     /// Whether the probes' cost is measured before attaching (not `--no-calibrate`).
@@ -174,6 +176,7 @@ impl TraceConfig {
             max_overhead: t.max_overhead,
             in_situ: t.in_situ,
             cpu_sample_hz,
+            cpu_sample_fixed: t.cpu_sample.is_some(),
             off_cpu: t.off_cpu,
             calibrate: !t.no_calibrate,
             ring_size: t.ring_size,
@@ -267,15 +270,12 @@ fn cpu_sample_rate(profile: &Profile, t: &TraceArgs) -> Option<u64> {
     if !(sampled || movable) {
         return None;
     }
-    if !t.quiet {
+    // Under --max-overhead the session measures what a sample costs and says the rate it
+    // picks (session/sampler_budget.rs).
+    if !t.quiet && t.max_overhead.is_none() {
         eprintln!(
             "wprof: CPU sampling at {SAMPLED_PHASES_HZ} Hz for the phases measured by \
-             sampling{} (--cpu-sample HZ sets the rate)",
-            if sampled {
-                ""
-            } else {
-                " (--max-overhead may move some there)"
-            }
+             sampling (--cpu-sample HZ sets the rate)"
         );
     }
     Some(SAMPLED_PHASES_HZ)

@@ -25,6 +25,7 @@ mod late;
 mod outputs;
 mod overhead;
 mod processes;
+mod sampler_budget;
 mod serve;
 mod snapshots;
 mod stacks;

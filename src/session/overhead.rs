@@ -29,7 +29,14 @@ const EVERY_OVER: Duration = Duration::from_millis(250);
 pub(super) struct OverheadWatch {
     /// Per phase id: ns one probe hit costs (half the calibrated or estimated pair).
     hit_ns: Vec<f64>,
+    /// What the probes may take of the traced processes' CPU time, %: `--max-overhead`
+    /// less the CPU sampler's share.
     budget_pct: Option<f64>,
+    /// `--max-overhead`, %.
+    max_overhead: Option<f64>,
+    /// The CPU sampler's share of the traced processes' CPU time, % (measured before
+    /// attaching; see `sampler_budget`).
+    pub sampler_pct: f64,
     /// CPU time of every traced process when last read, ns (forked ones join as they come).
     last_cpu: std::collections::HashMap<u32, u64>,
     last: Instant,
@@ -63,12 +70,21 @@ pub(super) struct OverheadWatch {
 }
 
 impl OverheadWatch {
-    /// `pair_ns[phase id]` is what one call's probes cost.
-    pub fn new(pair_ns: Vec<f64>, budget_pct: Option<f64>, pids: &[u32], quiet: bool) -> Self {
+    /// `pair_ns[phase id]` is what one call's probes cost; the CPU sampler takes
+    /// `sampler_pct` of the `budget_pct` (`--max-overhead`), the probes get the rest.
+    pub fn new(
+        pair_ns: Vec<f64>,
+        budget_pct: Option<f64>,
+        sampler_pct: f64,
+        pids: &[u32],
+        quiet: bool,
+    ) -> Self {
         let n = pair_ns.len();
         OverheadWatch {
             hit_ns: pair_ns.into_iter().map(|p| p / 2.0).collect(),
-            budget_pct,
+            budget_pct: budget_pct.map(|b| super::sampler_budget::probes_budget(b, sampler_pct)),
+            max_overhead: budget_pct,
+            sampler_pct,
             last_cpu: pids
                 .iter()
                 .filter_map(|&p| Some((p, process_cpu_ns(p)?)))
@@ -101,7 +117,20 @@ impl OverheadWatch {
         self.every = self.every.max(every);
     }
 
-    /// The `--max-overhead` budget, %.
+    /// "--max-overhead B%", or with a sampler "the probes' P% of --max-overhead B%; CPU
+    /// sampling takes S%".
+    pub fn budget_phrase(&self) -> String {
+        let b = self.max_overhead.unwrap_or(0.0);
+        match self.budget_pct {
+            Some(p) if self.sampler_pct > 0.0 => format!(
+                "the probes' {p:.2}% of --max-overhead {b}%; CPU sampling takes {:.2}%",
+                self.sampler_pct
+            ),
+            _ => format!("--max-overhead {b}%"),
+        }
+    }
+
+    /// What the probes may take under `--max-overhead`, %: the budget less the sampler's share.
     pub fn budget(&self) -> Option<f64> {
         self.budget_pct
     }
@@ -215,7 +244,7 @@ impl OverheadWatch {
                 new_hits,
                 added / 1e6,
                 match self.budget_pct {
-                    Some(b) => format!(" (budget {b}%)"),
+                    Some(_) => format!(" ({})", self.budget_phrase()),
                     None if over => " (--max-overhead PCT detaches above a budget)".to_string(),
                     None => String::new(),
                 }

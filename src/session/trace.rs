@@ -18,7 +18,7 @@ use super::hooks::{AutoSwitch, RunHooks};
 use super::late::{self, LateAttach};
 use super::target::{Checked, Target};
 use super::trace_loop::{self, EndReason, Watch};
-use super::{budget, instances, overhead, processes, snapshots, stacks};
+use super::{budget, instances, overhead, processes, sampler_budget, snapshots, stacks};
 use crate::aggregate::{Aggregator, DEFAULT_MAX_SPANS};
 use crate::args::AggregateMode;
 use crate::attach::{process_alive, AttachSummary, Tracer};
@@ -38,6 +38,8 @@ pub struct Session<'c> {
     guard: Option<Guard>,
     collector: Collector,
     costs: RunCosts,
+    /// The CPU sampler's rate and cost (fitted to `--max-overhead`).
+    sampler: sampler_budget::SamplerPlan,
     /// The `--serve` endpoint, until the run starts collecting.
     server: Option<crate::serve::Server>,
 }
@@ -66,6 +68,7 @@ impl<'c> Session<'c> {
         let guard = guard::prepare(&mut tracer, &mut phases, &scope);
         let mut collector = Collector::new(&mut tracer)?;
         let costs = costs::calibrated(&mut tracer, &mut collector, &phases, config)?;
+        let sampler = sampler_budget::plan(&mut tracer, config);
         Ok(Session {
             config,
             phases,
@@ -73,6 +76,7 @@ impl<'c> Session<'c> {
             guard,
             collector,
             costs,
+            sampler,
             server: None,
         })
     }
@@ -178,7 +182,7 @@ impl<'c> Session<'c> {
             tracer.attach_off_cpu()?;
             note.push_str(", off-CPU tracking");
         }
-        if let Some(hz) = self.config.cpu_sample_hz {
+        if let Some(hz) = self.sampler.hz {
             let go = resolve::go_layout::layout_for_phases(&self.phases).unwrap_or_else(|e| {
                 eprintln!(
                     "wprof: CPU samples on the Go system stack (GC assist marking, stack growth) \
@@ -320,6 +324,7 @@ impl<'c> Session<'c> {
             overhead: overhead::OverheadWatch::new(
                 pair_costs(&self.phases, &self.costs),
                 c.max_overhead,
+                self.sampler.pct,
                 pids,
                 c.quiet,
             ),
@@ -378,7 +383,7 @@ impl<'c> Session<'c> {
             .collect();
         stack_sink.sample_phases(stacks::SampledFns::of(&self.phases), sampled_names);
         let (cpu, off_cpu, sampled) = stack_sink
-            .finish(tracer, &agg, names, &end, c.cpu_sample_hz, c.off_cpu)
+            .finish(tracer, &agg, names, &end, self.sampler.hz, c.off_cpu)
             .context("name the sampled stacks")?;
         Ok(Traced {
             at_end,
