@@ -165,7 +165,7 @@ fn write_estimate(
     phases: &[resolve::ResolvedPhase],
     e: &session::Estimate,
 ) -> Result<()> {
-    let b = e.budget_pct;
+    let b = e.probes_budget_pct;
     writeln!(
         out,
         "\nestimate: {:.1} s attached; the process used {:.0} ms of CPU a second",
@@ -174,8 +174,8 @@ fn write_estimate(
     )?;
     writeln!(
         out,
-        "{:<18} {:>10} {:>9} {:>9}  under --max-overhead {b}%",
-        "phase", "calls/s", "µs/call", "overhead"
+        "{:<18} {:>10} {:>9} {:>9}  under --max-overhead {}%",
+        "phase", "calls/s", "µs/call", "overhead", e.budget_pct
     )?;
     for l in &e.loads {
         let fate = if e.plan.moves.contains(&l.id) {
@@ -211,14 +211,22 @@ fn write_estimate(
         match e.duty {
             None => String::new(),
             Some(Some(f)) => format!(
-                "; still over {b}%: what stays probed would be live {:.0}% of each cycle",
+                "; still over {b:.2}%: what stays probed would be live {:.0}% of each cycle",
                 f * 100.0
             ),
             Some(None) => format!(
-                "; still over {b}% even if live 2% of the time: the run would detach (exit 5)"
+                "; still over {b:.2}% even if live 2% of the time: the run would detach (exit 5)"
             ),
         }
     )?;
+    if let Some((hz, pct)) = e.sampler {
+        writeln!(
+            out,
+            "CPU sampling for the moved phases: {hz} Hz, {pct:.2}% of the process's CPU time; \
+             the probes get the other {b:.2}% of --max-overhead {}%",
+            e.budget_pct
+        )?;
+    }
     writeln!(
         out,
         "µs/call: {} (record and attach calibrate on the host)",

@@ -317,6 +317,12 @@ fn probes_estimate_measures_each_phase_and_says_what_the_budget_would_move() {
         "{root} vs {leaf}\n{stdout}"
     );
     assert!(stdout.contains("every phase probed:"), "{stdout}");
+    // The sampler a run would start shares the budget, as it does in the run.
+    assert!(
+        stdout.contains("CPU sampling for the moved phases: ")
+            && stdout.contains("of --max-overhead 10%"),
+        "{stdout}"
+    );
     // The kernel frees a released uprobe link's program after a grace period (~0.1-1 s).
     let mut left = wprof_leftovers(&before);
     for _ in 0..30 {

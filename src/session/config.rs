@@ -22,7 +22,7 @@ use crate::model::profile::{Measure, Profile};
 /// CPU samples a second per CPU that measure the sampled phases when the command line asks
 /// for no rate (`--cpu-sample`): ~0.5 ms between samples, so a phase taking 1% of a parent
 /// open one second gets ~20 samples.
-const SAMPLED_PHASES_HZ: u64 = 1999;
+pub(super) const SAMPLED_PHASES_HZ: u64 = 1999;
 
 /// What a run traces, as the command line names it (checked against the host later, by
 /// [`super::Checked::of`]).

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Result;
 
 use super::budget::{self, PhaseLoad, Plan};
-use super::{duty, overhead};
+use super::{duty, overhead, sampler_budget};
 use crate::aggregate::Aggregator;
 use crate::attach::{process_alive, Tracer, TracerOptions};
 use crate::collect::Collector;
@@ -29,6 +29,11 @@ pub struct Estimate {
     pub loads: Vec<PhaseLoad>,
     /// The budget planned for, %.
     pub budget_pct: f64,
+    /// The CPU sampler a run under that budget would start: its rate and its share of the
+    /// process's CPU time, % (None: not measured). The probes get the rest of the budget.
+    pub sampler: Option<(u64, f64)>,
+    /// What the probes may take, %: the budget less the sampler's share.
+    pub probes_budget_pct: f64,
     /// What `--max-overhead budget_pct` would move.
     pub plan: Plan,
     /// The share of each cycle what stays probed would be live, when moving is not enough
@@ -64,6 +69,15 @@ pub fn estimate(
         ..TracerOptions::MINIMAL
     })?;
     let mut collector = Collector::new(&mut tracer)?;
+    // The sampler a run would start for the phases it moves (see sampler_budget).
+    let sampler = budget_pct.and_then(|b| {
+        let ns = tracer.sample_cost_ns().ok()?;
+        Some(sampler_budget::fitted(
+            b,
+            ns,
+            super::config::SAMPLED_PHASES_HZ,
+        ))
+    });
     let mut agg = Aggregator::new();
     tracer.attach(phases, &[pid], false)?;
     let n = phases.iter().map(|p| p.id as usize + 1).max().unwrap_or(0);
@@ -90,14 +104,18 @@ pub fn estimate(
     };
     let edges = agg.phase_edges();
     let budget_pct = budget_pct.unwrap_or(overhead::WARN_PCT);
+    let probes_budget_pct =
+        sampler_budget::probes_budget(budget_pct, sampler.map_or(0.0, |(_, pct)| pct));
     let loads = budget::loads(phases, &edges, &[], &rates);
-    let plan = budget::plan_moves(phases, &edges, &[], &rates, cpu_ns_per_s, budget_pct);
-    let duty = (!plan.fits).then(|| duty::fraction_for(plan.projected_pct, 1.0, budget_pct));
+    let plan = budget::plan_moves(phases, &edges, &[], &rates, cpu_ns_per_s, probes_budget_pct);
+    let duty = (!plan.fits).then(|| duty::fraction_for(plan.projected_pct, 1.0, probes_budget_pct));
     Ok(Estimate {
         secs: elapsed,
         cpu_ns_per_s,
         loads,
         budget_pct,
+        sampler,
+        probes_budget_pct,
         plan,
         duty,
     })

@@ -47,12 +47,11 @@ pub(super) fn plan(tracer: &mut Tracer, c: &TraceConfig) -> SamplerPlan {
             return planned;
         }
     };
-    let hz = if c.cpu_sample_fixed {
-        hz
+    let (hz, pct) = if c.cpu_sample_fixed {
+        (hz, share_pct(hz, sample_ns))
     } else {
-        fit_rate(budget, sample_ns, hz)
+        fitted(budget, sample_ns, hz)
     };
-    let pct = share_pct(hz, sample_ns);
     if !c.quiet {
         eprintln!(
             "wprof: CPU sampling at {hz} Hz for the phases measured by sampling: a sample costs \
@@ -73,6 +72,13 @@ pub(super) fn plan(tracer: &mut Tracer, c: &TraceConfig) -> SamplerPlan {
         }
     }
     SamplerPlan { hz: Some(hz), pct }
+}
+
+/// The rate (at most `max_hz`) that fits `budget_pct` at `sample_ns` a sample, and the share
+/// of the traced processes' CPU time it takes, %.
+pub(super) fn fitted(budget_pct: f64, sample_ns: f64, max_hz: u64) -> (u64, f64) {
+    let hz = fit_rate(budget_pct, sample_ns, max_hz);
+    (hz, share_pct(hz, sample_ns))
 }
 
 /// The rate whose samples take at most [`SAMPLER_SHARE`] of `budget_pct`, between
