@@ -69,6 +69,8 @@ impl<'c> Session<'c> {
         let mut collector = Collector::new(&mut tracer)?;
         let costs = costs::calibrated(&mut tracer, &mut collector, &phases, config)?;
         let sampler = sampler_budget::plan(&mut tracer, config);
+        // The samples of wprof itself its calibration sent are not the run's.
+        collector.drain(|_| {}, |_| {});
         Ok(Session {
             config,
             phases,
