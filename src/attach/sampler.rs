@@ -77,23 +77,10 @@ fn open_cpu_clock(pid: i32, cpu: i32, period_ns: u64, prog_fd: RawFd) -> Result<
     attr.__bindgen_anon_1.sample_period = period_ns;
     attr.set_disabled(1);
     // SAFETY: attr is a valid, initialised perf_event_attr.
-    let fd = unsafe {
-        sys::perf_event_open(
-            &mut attr,
-            pid,
-            cpu,
-            -1,
-            sys::bindings::PERF_FLAG_FD_CLOEXEC.into(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error())
-            .context("open a cpu-clock perf event (perf_event_paranoid?)");
-    }
-    // SAFETY: perf_event_open returned a new descriptor we own.
-    let event = unsafe { OwnedFd::from_raw_fd(fd) };
+    let event = unsafe { perf_event_open(&mut attr, pid, cpu) }
+        .context("open a cpu-clock perf event (perf_event_paranoid?)")?;
     // SAFETY: valid perf event descriptor and BPF program descriptor.
-    if unsafe { sys::ioctls::SET_BPF(fd, prog_fd as u32) } < 0 {
+    if unsafe { sys::ioctls::SET_BPF(event.as_raw_fd(), prog_fd as u32) } < 0 {
         return Err(std::io::Error::last_os_error()).context("attach the CPU sampling program");
     }
     Ok(event)
@@ -154,4 +141,31 @@ fn work_rate(window: std::time::Duration) -> f64 {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// perf_event_open(2) for `pid` on `cpu`, close-on-exec, no group: the new descriptor.
+///
+/// # Safety
+/// `attr` must be a valid, initialised perf_event_attr, and any pointer in it (a uprobe's
+/// path) must stay valid across the call.
+pub(super) unsafe fn perf_event_open(
+    attr: &mut sys::bindings::perf_event_attr,
+    pid: i32,
+    cpu: i32,
+) -> std::io::Result<OwnedFd> {
+    // SAFETY: the caller's promise about attr; the other arguments are plain values.
+    let fd = unsafe {
+        sys::perf_event_open(
+            attr,
+            pid,
+            cpu,
+            -1,
+            sys::bindings::PERF_FLAG_FD_CLOEXEC.into(),
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: perf_event_open returned a new descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }

@@ -190,20 +190,8 @@ fn open_site(
     attr.__bindgen_anon_2.wakeup_events = 1;
     // SAFETY: attr is a valid, initialised perf_event_attr whose config1 points at `path`,
     // alive across the call.
-    let fd = unsafe {
-        sys::perf_event_open(
-            &mut attr,
-            pid,
-            cpu,
-            -1,
-            sys::bindings::PERF_FLAG_FD_CLOEXEC.into(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error()).with_context(|| format!("open {}", what()));
-    }
-    // SAFETY: perf_event_open returned a new descriptor we own.
-    let event = unsafe { OwnedFd::from_raw_fd(fd) };
+    let event = unsafe { super::sampler::perf_event_open(&mut attr, pid, cpu) }
+        .with_context(|| format!("open {}", what()))?;
     let attr = LinkCreate {
         prog_fd: prog_fd as u32,
         target_fd: event.as_raw_fd() as u32,
