@@ -220,6 +220,16 @@ impl Tracer {
         }
     }
 
+    /// Stops the CPU sampler's events (`paused`) or starts them again: under a duty cycle the
+    /// sampled phases have no open parent to be counted in while the probes are off, so their
+    /// samples would cost the target for nothing.
+    pub fn pause_sampling(&self, paused: bool) -> Result<()> {
+        match &self.sampler {
+            Some(s) => s.set_enabled(!paused),
+            None => Ok(()),
+        }
+    }
+
     pub(super) fn unload_extra(&mut self) {
         // Closing the perf events detaches the sampling program from them.
         self.sampler = None;

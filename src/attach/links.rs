@@ -115,6 +115,16 @@ impl Tracer {
         Ok(queued)
     }
 
+    /// Lets BPF run again after a pause of [`Tracer::pause_phases`] without putting the
+    /// paused links back: a run that ends in a pause still recalibrates at the end (its
+    /// calibration child's probes need BPF running).
+    pub fn end_pause(&mut self) -> Result<()> {
+        if self.guarded {
+            return Ok(());
+        }
+        self.set_config(wprof_common::config::STOPPED, 0)
+    }
+
     /// Ends a pause of [`Tracer::pause_phases`].
     pub fn resume_phases(&mut self, ids: &[u32]) -> Result<()> {
         self.reattach_phases(ids)?;

@@ -41,6 +41,28 @@ impl JitteredSampler {
         })
     }
 
+    /// Starts (`on`) or stops every event.
+    pub fn set_enabled(&self, on: bool) -> Result<()> {
+        for e in &self.events {
+            // SAFETY: valid perf event descriptor.
+            let rc = unsafe {
+                if on {
+                    sys::ioctls::ENABLE(e.as_raw_fd(), 0)
+                } else {
+                    sys::ioctls::DISABLE(e.as_raw_fd(), 0)
+                }
+            };
+            if rc < 0 {
+                return Err(std::io::Error::last_os_error()).context(if on {
+                    "start CPU sampling again"
+                } else {
+                    "pause CPU sampling"
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Gives every event a new period drawn uniformly from [0.5, 1.5] × the mean (it takes
     /// effect after each event's next sample).
     pub fn jitter(&self) {

@@ -233,6 +233,9 @@ pub struct Keeper<'a> {
     /// The in-situ check's epochs (`--in-situ`), and the phases a light epoch takes off.
     epochs: Option<Epochs>,
     light_phases: Vec<u32>,
+    /// Whether the CPU sampler pauses with the probes (it samples only for the budget's
+    /// moved phases, not for a CPU profile the command line asked for).
+    sampler_follows: bool,
 }
 
 impl<'a> Keeper<'a> {
@@ -248,6 +251,23 @@ impl<'a> Keeper<'a> {
             mark: None,
             epochs: None,
             light_phases: Vec::new(),
+            sampler_follows: false,
+        }
+    }
+
+    /// Also pauses the CPU sampler while a duty cycle has the probes off (see
+    /// `Tracer::pause_sampling`).
+    pub fn with_sampler_following_the_probes(mut self) -> Keeper<'a> {
+        self.sampler_follows = true;
+        self
+    }
+
+    /// The share of time the CPU sampler runs: the duty cycle's live fraction when it
+    /// follows the probes, else all of it.
+    pub fn sampler_fraction(&self) -> f64 {
+        match &self.duty {
+            Some(d) if self.sampler_follows => d.fraction,
+            _ => 1.0,
         }
     }
 
@@ -286,9 +306,17 @@ impl<'a> Keeper<'a> {
         };
         let ids = self.probed();
         let wait = settle(agg, &ids);
-        let done = self.switching(tracer, |t| match switch {
-            Switch::Pause => t.pause_phases(&ids, wait),
-            Switch::Resume => t.resume_phases(&ids).map(|_| Vec::new()),
+        let follows = self.sampler_follows;
+        let done = self.switching(tracer, |t| {
+            if follows {
+                if let Err(e) = t.pause_sampling(switch == Switch::Pause) {
+                    eprintln!("wprof: warning: duty cycle: {e:#}");
+                }
+            }
+            match switch {
+                Switch::Pause => t.pause_phases(&ids, wait),
+                Switch::Resume => t.resume_phases(&ids).map(|_| Vec::new()),
+            }
         });
         let done = done.map(|queued| queued.iter().for_each(|e| agg.add(e)));
         if let Err(e) = done {
@@ -451,6 +479,12 @@ impl<'a> Keeper<'a> {
     /// unmatched returns per phase that switching probes caused.
     pub fn finish(&mut self, tracer: &mut Tracer) -> (Option<f64>, Vec<Moved>, Vec<u64>) {
         self.excuse(tracer);
+        // Ended in a pause: BPF was stopped, and the end's recalibration needs it.
+        if self.duty.as_ref().is_some_and(|d| !d.is_live()) {
+            if let Err(e) = tracer.end_pause() {
+                eprintln!("wprof: warning: duty cycle: {e:#}");
+            }
+        }
         let live = self.duty.as_ref().map(|d| d.live_share(self.duty_after));
         (
             live,

@@ -87,6 +87,11 @@ impl DutyCycle {
         })
     }
 
+    /// Whether the probes are live now (not in a pause).
+    pub fn is_live(&self) -> bool {
+        self.live
+    }
+
     /// Share of the time since the cycle began that the probes were live, with the time
     /// before it (`before`, all live) counted in.
     pub fn live_share(&self, before: Duration) -> f64 {

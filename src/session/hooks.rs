@@ -122,6 +122,7 @@ impl trace_loop::Hooks for RunHooks<'_> {
         }
         if self.keeper.duty_cycling() {
             self.overhead.measure_every(duty::CYCLE);
+            self.overhead.sampler_runs(self.keeper.sampler_fraction());
         }
         end
     }

@@ -34,6 +34,8 @@ pub(super) struct OverheadWatch {
     budget_pct: Option<f64>,
     /// `--max-overhead`, %.
     max_overhead: Option<f64>,
+    /// The share of time the sampler runs (a duty cycle pauses it with the probes).
+    sampler_fraction: f64,
     /// The CPU sampler's share of the traced processes' CPU time, % (measured before
     /// attaching; see `sampler_budget`).
     pub sampler_pct: f64,
@@ -85,6 +87,7 @@ impl OverheadWatch {
             budget_pct: budget_pct.map(|b| super::sampler_budget::probes_budget(b, sampler_pct)),
             max_overhead: budget_pct,
             sampler_pct,
+            sampler_fraction: 1.0,
             last_cpu: pids
                 .iter()
                 .filter_map(|&p| Some((p, process_cpu_ns(p)?)))
@@ -124,10 +127,24 @@ impl OverheadWatch {
         match self.budget_pct {
             Some(p) if self.sampler_pct > 0.0 => format!(
                 "the probes' {p:.2}% of --max-overhead {b}%; CPU sampling takes {:.2}%",
-                self.sampler_pct
+                self.sampler_share()
             ),
             _ => format!("--max-overhead {b}%"),
         }
+    }
+
+    /// The CPU sampler now runs `fraction` of the time (it pauses with a duty cycle's probes):
+    /// its share of the budget shrinks with it, and the probes get the rest.
+    pub fn sampler_runs(&mut self, fraction: f64) {
+        self.sampler_fraction = fraction;
+        self.budget_pct = self
+            .max_overhead
+            .map(|b| super::sampler_budget::probes_budget(b, self.sampler_share()));
+    }
+
+    /// The CPU sampler's share of the traced processes' CPU time now, %.
+    fn sampler_share(&self) -> f64 {
+        self.sampler_pct * self.sampler_fraction
     }
 
     /// What the probes may take under `--max-overhead`, %: the budget less the sampler's share.

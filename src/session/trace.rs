@@ -312,7 +312,11 @@ impl<'c> Session<'c> {
         };
         let mut stack_sink = stacks::StackSink::new(c.takes_stacks());
         let t0 = Instant::now();
-        let keeper = budget::Keeper::new(&self.phases);
+        let mut keeper = budget::Keeper::new(&self.phases);
+        if !c.cpu_sample_fixed {
+            // Sampling only for the phases the budget measures that way: off with the probes.
+            keeper = keeper.with_sampler_following_the_probes();
+        }
         let mut hooks = RunHooks {
             tracer: &mut self.tracer,
             late,
