@@ -157,12 +157,7 @@ impl Tracer {
         self.keep_return_addresses()?;
         let cpus =
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
-        let (prog, first) = self.extra_program::<PerfEvent>(program::CPU_SAMPLE)?;
-        if first {
-            verified(program::CPU_SAMPLE, prog.load())?;
-        }
-        use std::os::fd::{AsFd, AsRawFd};
-        let prog_fd = prog.fd()?.as_fd().as_raw_fd();
+        let prog_fd = self.cpu_sample_program()?;
         self.sampler = Some(super::sampler::JitteredSampler::start(&cpus, hz, prog_fd)?);
         Ok(cpus.len())
     }
@@ -174,12 +169,7 @@ impl Tracer {
     /// target's (without that, 11.6 µs a sample here against 19 µs seen on a traced loop);
     /// the caller drops the samples it sent (a drain into nothing).
     pub fn sample_cost_ns(&mut self) -> Result<f64> {
-        let (prog, first) = self.extra_program::<PerfEvent>(program::CPU_SAMPLE)?;
-        if first {
-            verified(program::CPU_SAMPLE, prog.load())?;
-        }
-        use std::os::fd::{AsFd, AsRawFd};
-        let prog_fd = prog.fd()?.as_fd().as_raw_fd();
+        let prog_fd = self.cpu_sample_program()?;
         let me = std::process::id();
         self.trace_pids(&[me])?;
         // Two measurements, the larger kept: one in three came out at the interrupt's cost
@@ -191,6 +181,16 @@ impl Tracer {
             .remove(&me)
             .context("take wprof itself out of the traced set")?;
         cost
+    }
+
+    /// The CPU sampling program's descriptor, loaded on first use.
+    fn cpu_sample_program(&mut self) -> Result<std::os::fd::RawFd> {
+        use std::os::fd::{AsFd, AsRawFd};
+        let (prog, first) = self.extra_program::<PerfEvent>(program::CPU_SAMPLE)?;
+        if first {
+            verified(program::CPU_SAMPLE, prog.load())?;
+        }
+        Ok(prog.fd()?.as_fd().as_raw_fd())
     }
 
     /// One of the on-demand programs, and whether it still has to be loaded (first use).

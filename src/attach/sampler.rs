@@ -28,11 +28,7 @@ impl JitteredSampler {
         for &cpu in cpus {
             let event = open_cpu_clock(-1, cpu as i32, mean_period_ns, prog_fd)
                 .with_context(|| format!("CPU {cpu}"))?;
-            // SAFETY: valid perf event descriptor.
-            if unsafe { sys::ioctls::ENABLE(event.as_raw_fd(), 0) } < 0 {
-                return Err(std::io::Error::last_os_error())
-                    .with_context(|| format!("start CPU sampling on CPU {cpu}"));
-            }
+            switch(&event, true).with_context(|| format!("start CPU sampling on CPU {cpu}"))?;
             events.push(event);
         }
         Ok(JitteredSampler {
@@ -44,21 +40,11 @@ impl JitteredSampler {
     /// Starts (`on`) or stops every event.
     pub fn set_enabled(&self, on: bool) -> Result<()> {
         for e in &self.events {
-            // SAFETY: valid perf event descriptor.
-            let rc = unsafe {
-                if on {
-                    sys::ioctls::ENABLE(e.as_raw_fd(), 0)
-                } else {
-                    sys::ioctls::DISABLE(e.as_raw_fd(), 0)
-                }
-            };
-            if rc < 0 {
-                return Err(std::io::Error::last_os_error()).context(if on {
-                    "start CPU sampling again"
-                } else {
-                    "pause CPU sampling"
-                });
-            }
+            switch(e, on).context(if on {
+                "start CPU sampling again"
+            } else {
+                "pause CPU sampling"
+            })?;
         }
         Ok(())
     }
@@ -122,17 +108,7 @@ pub fn sample_cost_ns(prog_fd: RawFd) -> Result<f64> {
     let (mut on, mut off) = (Vec::with_capacity(PAIRS), Vec::with_capacity(PAIRS));
     for i in 0..2 * PAIRS {
         let sampled = i % 2 == 1;
-        // SAFETY: valid perf event descriptor.
-        let rc = unsafe {
-            if sampled {
-                sys::ioctls::ENABLE(event.as_raw_fd(), 0)
-            } else {
-                sys::ioctls::DISABLE(event.as_raw_fd(), 0)
-            }
-        };
-        if rc < 0 {
-            return Err(std::io::Error::last_os_error()).context("switch the calibration event");
-        }
+        switch(&event, sampled).context("switch the calibration event")?;
         let rate = work_rate(WINDOW);
         if sampled { &mut on } else { &mut off }.push(rate);
     }
@@ -190,4 +166,20 @@ pub(super) unsafe fn perf_event_open(
     }
     // SAFETY: perf_event_open returned a new descriptor we own.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Enables (`on`) or disables a perf event.
+fn switch(event: &OwnedFd, on: bool) -> std::io::Result<()> {
+    // SAFETY: a valid perf event descriptor; the ioctls take no argument.
+    let rc = unsafe {
+        if on {
+            sys::ioctls::ENABLE(event.as_raw_fd(), 0)
+        } else {
+            sys::ioctls::DISABLE(event.as_raw_fd(), 0)
+        }
+    };
+    if rc < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }

@@ -29,9 +29,6 @@ const EVERY_OVER: Duration = Duration::from_millis(250);
 pub(super) struct OverheadWatch {
     /// Per phase id: ns one probe hit costs (half the calibrated or estimated pair).
     hit_ns: Vec<f64>,
-    /// What the probes may take of the traced processes' CPU time, %: `--max-overhead`
-    /// less the CPU sampler's share.
-    budget_pct: Option<f64>,
     /// `--max-overhead`, %.
     max_overhead: Option<f64>,
     /// The share of time the sampler runs (a duty cycle pauses it with the probes).
@@ -84,7 +81,6 @@ impl OverheadWatch {
         let n = pair_ns.len();
         OverheadWatch {
             hit_ns: pair_ns.into_iter().map(|p| p / 2.0).collect(),
-            budget_pct: budget_pct.map(|b| super::sampler_budget::probes_budget(b, sampler_pct)),
             max_overhead: budget_pct,
             sampler_pct,
             sampler_fraction: 1.0,
@@ -124,7 +120,7 @@ impl OverheadWatch {
     /// sampling takes S%".
     pub fn budget_phrase(&self) -> String {
         let b = self.max_overhead.unwrap_or(0.0);
-        match self.budget_pct {
+        match self.budget() {
             Some(p) if self.sampler_pct > 0.0 => format!(
                 "the probes' {p:.2}% of --max-overhead {b}%; CPU sampling takes {:.2}%",
                 self.sampler_share()
@@ -137,9 +133,6 @@ impl OverheadWatch {
     /// its share of the budget shrinks with it, and the probes get the rest.
     pub fn sampler_runs(&mut self, fraction: f64) {
         self.sampler_fraction = fraction;
-        self.budget_pct = self
-            .max_overhead
-            .map(|b| super::sampler_budget::probes_budget(b, self.sampler_share()));
     }
 
     /// The CPU sampler's share of the traced processes' CPU time now, %.
@@ -149,7 +142,8 @@ impl OverheadWatch {
 
     /// What the probes may take under `--max-overhead`, %: the budget less the sampler's share.
     pub fn budget(&self) -> Option<f64> {
-        self.budget_pct
+        self.max_overhead
+            .map(|b| super::sampler_budget::probes_budget(b, self.sampler_share()))
     }
 
     /// What one call of phase `id` costs: its probes' time and wprof's reading of it, ns.
@@ -248,7 +242,7 @@ impl OverheadWatch {
         self.peak_pct = self.peak_pct.max(pct);
         self.last_pct = pct;
         if self.ticks == 1 && !self.quiet {
-            let over = pct > self.budget_pct.unwrap_or(WARN_PCT);
+            let over = pct > self.budget().unwrap_or(WARN_PCT);
             eprintln!(
                 "wprof: {}first {}: {} probe hits and their reading ≈ {:.1} ms = {pct:.1}% of \
                  the traced processes' CPU time{}",
@@ -260,14 +254,14 @@ impl OverheadWatch {
                 },
                 new_hits,
                 added / 1e6,
-                match self.budget_pct {
+                match self.max_overhead {
                     Some(_) => format!(" ({})", self.budget_phrase()),
                     None if over => " (--max-overhead PCT detaches above a budget)".to_string(),
                     None => String::new(),
                 }
             );
         }
-        let over = self.budget_pct.filter(|b| pct > *b).map(|_| pct);
+        let over = self.budget().filter(|b| pct > *b).map(|_| pct);
         self.every = if over.is_some() { EVERY_OVER } else { EVERY }.max(self.floor);
         over
     }
