@@ -211,6 +211,17 @@ fn over_budget_moves_hot_leaves_to_sampling_and_keeps_the_root_exact() {
         !moved.is_empty() && !moved.contains(&"write_record"),
         "{moved:?}"
     );
+    // The samples the moved phases needed also saw the probes that stayed: the root's 150,000
+    // calls (and any parent left probed) took a measurable share of the CPU time in uprobe
+    // handling (19-35% here), never more than the whole.
+    let in_situ = &run["probe_cost"]["in_situ"];
+    assert!(u(in_situ, "samples") >= 100, "{in_situ}");
+    let share = in_situ["share_pct"].as_f64().expect("share_pct");
+    assert!((2.0..80.0).contains(&share), "{in_situ}");
+    assert!(
+        in_situ["factor"].as_f64().expect("factor") >= 1.0,
+        "{in_situ}"
+    );
     // Each moved phase is a sampled node (no count) whose share of the write is within 5
     // points of the commanded one (self times 3, encode 1, persist 1 + compress 1 + flush 2,
     // wal 1 + sync 4: 13 µs).

@@ -31,8 +31,8 @@ pub use histogram::{new_histogram, LatencyHistogram, MAX_TRACKED_NS, SIGNIFICANT
 pub use hypothesis::{Bound, Hypothesis, Kind, Outcome, Standing, Verdict};
 pub use insitu::InSituCheck;
 pub use run::{
-    Aggregation, Calibration, Counters, ObjectInfo, PhaseInfo, ProbeCost, ProcessRun, Provenance,
-    Run, SourceRun, UnwindCounters, SCHEMA_VERSION,
+    Aggregation, Calibration, Counters, InSituProbeTime, ObjectInfo, PhaseInfo, ProbeCost,
+    ProcessRun, Provenance, Run, SourceRun, UnwindCounters, SCHEMA_VERSION,
 };
 pub use sampled::SampledShare;
 pub use stacks::{FoldedStack, StackProfile};

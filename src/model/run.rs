@@ -228,6 +228,24 @@ pub struct ProbeCost {
     /// The host calibration the times were corrected with (None: not corrected).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub calibration: Option<Calibration>,
+    /// What the traced processes' CPU samples said the probes took, in runs that sample
+    /// (`--cpu-sample`, or `--max-overhead` with sampled phases); None: too few samples.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_situ: Option<InSituProbeTime>,
+}
+
+/// The probes' time seen in the traced processes' CPU samples, against the calibration's
+/// price of their hits (`session::probe_time`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct InSituProbeTime {
+    /// The samples of the last reading.
+    pub samples: u64,
+    /// Their share taken while the kernel handled a uprobe, as a share of the traced
+    /// processes' CPU time (a sampler paused with the probes counts for the live part), %.
+    pub share_pct: f64,
+    /// That time ÷ the calibration's price of the same hits, at least 1: what
+    /// `--max-overhead` multiplied the calibrated price by.
+    pub factor: f64,
 }
 
 /// What the calibration before the run measured (`probe_cost::calibrate`).

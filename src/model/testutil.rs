@@ -274,6 +274,7 @@ pub fn sample_run() -> Run {
             hits,
             added_ns: added,
             calibration: None,
+            in_situ: None,
         },
         tree,
         calls: sample_calls(),

@@ -247,6 +247,22 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         None if !pc.model.is_empty() => out.push_str(&format!("  model: {}\n", pc.model)),
         None => {}
     }
+    if let Some(s) = &pc.in_situ {
+        out.push_str(&format!(
+            "  in situ: {:.1}% of the traced processes' CPU time in uprobe handling by {} CPU \
+             samples ({})\n",
+            s.share_pct,
+            s.samples,
+            if s.factor > 1.0 {
+                format!(
+                    "×{:.2} the calibration's price; --max-overhead counted that",
+                    s.factor
+                )
+            } else {
+                "within the calibration's price".to_string()
+            }
+        ));
+    }
 
     let limit = opts.flag_probe_share * 100.0;
     if flagged.is_empty() {

@@ -396,9 +396,10 @@ impl<'a> Keeper<'a> {
         let edges = agg.phase_edges();
         let cpu = watch.cpu_ns_per_s;
         let head = format!(
-            "probes took {pct:.1}% of the traced processes' CPU time over the last {:.2} s, \
+            "probes took {pct:.1}% of the traced processes' CPU time over the last {:.2} s{}, \
              above {}",
             watch.window_s,
+            watch.in_situ.phrase(),
             watch.budget_phrase()
         );
         let moved: Vec<u32> = self.moved.iter().map(|m| m.id).collect();

@@ -52,6 +52,8 @@ pub(super) struct Traced {
     pub excused: Vec<u64>,
     /// Share of the run the probes were live, when `--max-overhead` duty-cycled them.
     pub probes_live: Option<f64>,
+    /// The probes' time in the CPU samples, when the run sampled enough.
+    pub probe_time: Option<crate::model::InSituProbeTime>,
 }
 
 /// The [`Run`] of a traced run that started at `started`. Its provenance names no pid and no
@@ -76,6 +78,7 @@ pub(super) fn build_run(
         moved,
         excused,
         probes_live,
+        probe_time,
     } = traced;
     let names = phase_names(profile);
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
@@ -133,6 +136,7 @@ pub(super) fn build_run(
             hits: facts.hits,
             added_ns: facts.added_ns,
             calibration,
+            in_situ: probe_time,
         },
         calls,
         spans,

@@ -11,6 +11,7 @@ use super::overhead::OverheadWatch;
 use super::processes::ProcessLabels;
 use super::trace_loop::{self, EndReason};
 use super::{budget, duty};
+use crate::aggregate::stacks::StackAggregator;
 use crate::aggregate::Aggregator;
 use crate::args::AggregateMode;
 use crate::attach::Tracer;
@@ -59,6 +60,8 @@ pub(super) struct RunHooks<'a> {
     pub keeper: budget::Keeper<'a>,
     /// The `--serve` endpoint's publisher.
     pub serve: Option<super::serve::Publisher>,
+    /// Tells the CPU samples taken in uprobe handling (the probes' time in situ).
+    pub probe_time: super::probe_time::ProbeTime,
 }
 
 impl RunHooks<'_> {
@@ -108,11 +111,24 @@ impl trace_loop::Hooks for RunHooks<'_> {
         }
     }
 
-    fn tick(&mut self, agg: &mut Aggregator, traced: Vec<u32>) -> Option<EndReason> {
+    fn tick(
+        &mut self,
+        agg: &mut Aggregator,
+        stacks: &StackAggregator,
+        traced: Vec<u32>,
+    ) -> Option<EndReason> {
         self.tracer.jitter_sampling();
         self.tracer.sweep_exited_threads();
         self.keeper.poll(self.tracer, agg);
-        let over = self.overhead.tick(self.tracer, traced.iter().copied());
+        let samples = if self.overhead.due() && stacks.cpu.records > 0 {
+            let (tracer, meter) = (&mut *self.tracer, &mut self.probe_time);
+            Some(self.overhead.excluding_own(|| meter.tally(tracer, stacks)))
+        } else {
+            None
+        };
+        let over = self
+            .overhead
+            .tick(self.tracer, traced.iter().copied(), samples);
         self.maybe_switch();
         let pct = over?;
         let moved = self.keeper.moved.len();

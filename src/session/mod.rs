@@ -24,6 +24,7 @@ mod instances;
 mod late;
 mod outputs;
 mod overhead;
+mod probe_time;
 mod processes;
 mod sampler_budget;
 mod serve;

@@ -66,6 +66,9 @@ pub(super) struct OverheadWatch {
     /// counts it. Per event this is the collector's work on the call's span; in the kernel
     /// mode there is nearly none.
     pub reading_ns_per_call: f64,
+    /// How far the calibration's price falls short of the probes' time in the traced
+    /// processes' CPU samples (when the run samples).
+    pub in_situ: super::probe_time::InSituFactor,
 }
 
 impl OverheadWatch {
@@ -106,6 +109,7 @@ impl OverheadWatch {
             cpu_ns_per_s: 0.0,
             last_own_ns: own_user_ns(),
             reading_ns_per_call: 0.0,
+            in_situ: Default::default(),
         }
     }
 
@@ -148,9 +152,9 @@ impl OverheadWatch {
 
     /// What one call of phase `id` costs: its probes' time and wprof's reading of it, ns.
     pub fn pair_ns(&self, id: u32) -> f64 {
-        self.hit_ns
-            .get(id as usize)
-            .map_or(0.0, |h| h * 2.0 + self.reading_ns_per_call)
+        self.hit_ns.get(id as usize).map_or(0.0, |h| {
+            h * 2.0 * self.in_situ.factor + self.reading_ns_per_call
+        })
     }
 
     /// Starts the next measurement window now: after probes were switched (phases moved to
@@ -173,12 +177,32 @@ impl OverheadWatch {
         }
         self.last_own_ns = own_user_ns();
         self.last = Instant::now();
+        self.in_situ.restart();
+    }
+
+    /// Runs `work` without counting its CPU time as wprof's reading of calls.
+    pub fn excluding_own<T>(&mut self, work: impl FnOnce() -> T) -> T {
+        let before = own_user_ns();
+        let out = work();
+        self.last_own_ns += own_user_ns().saturating_sub(before);
+        out
+    }
+
+    /// Whether [`OverheadWatch::tick`] will measure now (so a caller reads what it needs).
+    pub fn due(&self) -> bool {
+        self.last.elapsed() >= self.every
     }
 
     /// Measures the last second's overhead when a second has passed; Some(share, %) when it
     /// went over the budget.
-    /// `pids` are the processes traced now (forked ones included).
-    pub fn tick(&mut self, tracer: &mut Tracer, pids: impl Iterator<Item = u32>) -> Option<f64> {
+    /// `pids` are the processes traced now (forked ones included); `samples`, the traced
+    /// threads' CPU samples so far when the run samples (the probes' time in situ).
+    pub fn tick(
+        &mut self,
+        tracer: &mut Tracer,
+        pids: impl Iterator<Item = u32>,
+        samples: Option<super::probe_time::SampleTally>,
+    ) -> Option<f64> {
         let secs = self.last.elapsed().as_secs_f64();
         if secs < self.every.as_secs_f64() {
             return None;
@@ -220,8 +244,11 @@ impl OverheadWatch {
         self.last_own_ns = own;
         let calls = new_hits as f64 / 2.0;
         self.reading_ns_per_call = if calls >= 1.0 { reading / calls } else { 0.0 };
-        let added = added + reading;
         let used = used as f64;
+        if let Some(t) = samples {
+            self.in_situ.add(t, added, used, self.sampler_fraction);
+        }
+        let added = added * self.in_situ.factor + reading;
         self.cpu_ns_per_s = used / secs;
         // Hits are entries + returns: two per call.
         self.calls_per_s = new_hits as f64 / 2.0 / secs;
@@ -245,7 +272,7 @@ impl OverheadWatch {
             let over = pct > self.budget().unwrap_or(WARN_PCT);
             eprintln!(
                 "wprof: {}first {}: {} probe hits and their reading ≈ {:.1} ms = {pct:.1}% of \
-                 the traced processes' CPU time{}",
+                 the traced processes' CPU time{}{}",
                 if over { "warning: " } else { "" },
                 if secs >= 0.95 {
                     "second".to_string()
@@ -254,6 +281,7 @@ impl OverheadWatch {
                 },
                 new_hits,
                 added / 1e6,
+                self.in_situ.phrase(),
                 match self.max_overhead {
                     Some(_) => format!(" ({})", self.budget_phrase()),
                     None if over => " (--max-overhead PCT detaches above a budget)".to_string(),

@@ -317,6 +317,8 @@ impl<'c> Session<'c> {
             // Sampling only for the phases the budget measures that way: off with the probes.
             keeper = keeper.with_sampler_following_the_probes();
         }
+        // Before the overhead watch starts: naming kernel frames first reads kallsyms.
+        let probe_time = super::probe_time::ProbeTime::new(self.sampler.hz.is_some());
         let mut hooks = RunHooks {
             tracer: &mut self.tracer,
             late,
@@ -338,6 +340,7 @@ impl<'c> Session<'c> {
                 .server
                 .take()
                 .map(|s| super::serve::Publisher::new(s, c)),
+            probe_time,
         };
         let sides = trace_loop::Sides {
             stacks: &mut stack_sink,
@@ -348,6 +351,7 @@ impl<'c> Session<'c> {
         let reason = trace_loop::run(&mut self.collector, &mut agg, sides, watch, !c.quiet)?;
         let in_kernel = c.aggregate == AggregateMode::Kernel || hooks.switched;
         let (probes_live, moved, excused) = hooks.keeper.finish(hooks.tracer);
+        let probe_time = hooks.overhead.in_situ.reading();
         if hooks.switched {
             // Its rows stop at the switch: a partial table would read as the whole run.
             agg.drop_calls();
@@ -404,6 +408,7 @@ impl<'c> Session<'c> {
             moved,
             excused,
             probes_live,
+            probe_time,
         })
     }
 }

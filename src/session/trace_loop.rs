@@ -149,9 +149,14 @@ pub struct Sides<'a> {
 pub trait Hooks {
     /// A traced process's loader changed its objects (pid, CLOCK_MONOTONIC ns): late attach.
     fn maps_changed(&mut self, pid: u32, at_ns: u64);
-    /// Called after every drain with the tree so far and the traced processes; Some(reason)
-    /// ends the run.
-    fn tick(&mut self, agg: &mut Aggregator, traced: Vec<u32>) -> Option<EndReason>;
+    /// Called after every drain with the tree so far, the stack records and the traced
+    /// processes; Some(reason) ends the run.
+    fn tick(
+        &mut self,
+        agg: &mut Aggregator,
+        stacks: &crate::aggregate::stacks::StackAggregator,
+        traced: Vec<u32>,
+    ) -> Option<EndReason>;
     /// Called after every drain: `--serve` publishes when a scrape waits.
     fn serve(
         &mut self,
@@ -198,7 +203,10 @@ pub fn run(
             s.tick(agg)?;
         }
         hooks.serve(agg, labels)?;
-        if let Some(r) = watch.check().or_else(|| hooks.tick(agg, labels.pids())) {
+        if let Some(r) = watch
+            .check()
+            .or_else(|| hooks.tick(agg, &stacks.agg, labels.pids()))
+        {
             break r;
         }
         if progress && last_progress.elapsed() >= Duration::from_secs(1) {

@@ -126,6 +126,8 @@ pub(super) fn probe_cost(sources: &[SourceRun]) -> ProbeCost {
         hits: costs.clone().map(|c| c.hits).sum(),
         added_ns: costs.map(|c| c.added_ns).sum(),
         calibration: None,
+        // Each host's samples read its own probes: in its source's record.
+        in_situ: None,
     }
 }
 
