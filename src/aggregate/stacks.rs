@@ -66,9 +66,10 @@ pub struct StackAggregator {
     pub cpu: StackCounts,
     /// Off-CPU intervals (weight = ns off the CPU).
     pub off_cpu: StackCounts,
-    /// CPU samples per kernel stack id (negative: taken in user mode), for the in-situ
-    /// measure of the probes' time while the run goes on (`session::probe_time`).
-    pub cpu_by_kernel_stack: HashMap<i32, u64>,
+    /// CPU samples per thread (`pid << 32 | tid`) and kernel stack id (negative: taken in
+    /// user mode), for the in-situ measure of the probes' time while the run goes on
+    /// (`session::probe_time`).
+    pub cpu_by_kernel_stack: HashMap<(u64, i32), u64>,
     seen_pids: HashSet<u32>,
     new_pids: Vec<u32>,
 }
@@ -77,7 +78,11 @@ impl StackAggregator {
     /// Adds one record.
     pub fn add(&mut self, ev: &StackEvent) {
         let counts = if ev.kind == EventKind::CpuSample as u32 {
-            *self.cpu_by_kernel_stack.entry(ev.kernel_stack).or_default() += 1;
+            let thread = (ev.pid as u64) << 32 | ev.tid as u64;
+            *self
+                .cpu_by_kernel_stack
+                .entry((thread, ev.kernel_stack))
+                .or_default() += 1;
             &mut self.cpu
         } else if ev.kind == EventKind::OffCpu as u32 {
             &mut self.off_cpu

@@ -172,6 +172,14 @@ impl Tracer {
         Ok(())
     }
 
+    /// The threads BPF holds a stack of phases for now (keys `pid << 32 | tid`; a Go
+    /// program's are its goroutines'): those that entered a probed phase and live on.
+    pub fn threads_in_phases(&self) -> Vec<u64> {
+        self.stacks()
+            .map(|s| s.keys().filter_map(Result::ok).collect())
+            .unwrap_or_default()
+    }
+
     /// Frees the phase stacks of threads that have exited, at most once a second. A thread
     /// keeps its stack, empty, between root calls (making one copies ~13 KB in BPF, which a
     /// root call paid every time when stacks were freed at depth 0: ~90 ns a call on the

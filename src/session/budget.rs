@@ -49,9 +49,10 @@ impl PhaseLoad {
 /// What a phase's probes cost: (calls a second, probe ns a call), by phase id.
 pub type Rates<'a> = &'a dyn Fn(u32) -> (f64, f64);
 
-/// What each phase still probed costs, and whether it may move: `measure = "auto"`, at most
-/// [`ROOT_SHARE_MAX`] of its calls roots (`edges`, from `Aggregator::phase_edges`), and no
-/// child still probed (`gone` are the phases moved, or about to).
+/// What each phase still probed costs, and whether it may move: `measure = "auto"`, not a
+/// kernel phase, at most [`ROOT_SHARE_MAX`] of its calls roots (`edges`, from
+/// `Aggregator::phase_edges`), and no child still probed (`gone` are the phases moved, or
+/// about to).
 pub fn loads(
     phases: &[ResolvedPhase],
     edges: &HashMap<(Option<u32>, u32), u64>,
@@ -74,7 +75,10 @@ pub fn loads(
                 name: p.phase.name.clone(),
                 calls_per_s,
                 pair_ns,
+                // A kernel phase's tracepoints are not links of its own: sampling could not
+                // take them off (and user stacks never show a syscall's function).
                 movable: p.phase.measure == Measure::Auto
+                    && p.kernel.is_none()
                     && root_share(p.id) <= ROOT_SHARE_MAX
                     && !has_child(p.id),
             }
@@ -396,8 +400,8 @@ impl<'a> Keeper<'a> {
         let edges = agg.phase_edges();
         let cpu = watch.cpu_ns_per_s;
         let head = format!(
-            "probes took {pct:.1}% of the traced processes' CPU time over the last {:.2} s{}, \
-             above {}",
+            "probes took {pct:.1}% of {} CPU time over the last {:.2} s{}, above {}",
+            watch.whose_cpu(),
             watch.window_s,
             watch.in_situ.phrase(),
             watch.budget_phrase()

@@ -122,7 +122,11 @@ impl trace_loop::Hooks for RunHooks<'_> {
         self.keeper.poll(self.tracer, agg);
         let samples = if self.overhead.due() && stacks.cpu.records > 0 {
             let (tracer, meter) = (&mut *self.tracer, &mut self.probe_time);
-            Some(self.overhead.excluding_own(|| meter.tally(tracer, stacks)))
+            let probed = self.overhead.probed_threads();
+            Some(
+                self.overhead
+                    .excluding_own(|| meter.tally(tracer, stacks, &probed)),
+            )
         } else {
             None
         };

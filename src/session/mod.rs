@@ -25,6 +25,7 @@ mod late;
 mod outputs;
 mod overhead;
 mod probe_time;
+mod probed_threads;
 mod processes;
 mod sampler_budget;
 mod serve;

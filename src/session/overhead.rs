@@ -25,6 +25,11 @@ const EVERY: Duration = Duration::from_secs(1);
 /// still ~25 ticks of one busy CPU).
 const EVERY_OVER: Duration = Duration::from_millis(250);
 
+/// How soon the first measurement comes under `--max-overhead`: until then every phase is
+/// probed, which on RocksDB with RET-site returns ran its writes ~12× slower (half a second of
+/// that cost a 9 s db_bench run ~5% of its writes). Ten /proc ticks of one busy CPU.
+const FIRST_OVER: Duration = Duration::from_millis(100);
+
 /// Watches the probes' share of the traced processes' CPU time.
 pub(super) struct OverheadWatch {
     /// Per phase id: ns one probe hit costs (half the calibrated or estimated pair).
@@ -69,6 +74,11 @@ pub(super) struct OverheadWatch {
     /// How far the calibration's price falls short of the probes' time in the traced
     /// processes' CPU samples (when the run samples).
     pub in_situ: super::probe_time::InSituFactor,
+    /// The threads that entered a probed phase, and their CPU time.
+    threads: super::probed_threads::ProbedThreads,
+    /// Whether the last share was of the probed threads' CPU time (else of the processes':
+    /// no probed thread known yet, or a Go program's goroutines).
+    per_thread: bool,
 }
 
 impl OverheadWatch {
@@ -95,7 +105,7 @@ impl OverheadWatch {
             last_hits: vec![0; n],
             floor: Duration::ZERO,
             every: if budget_pct.is_some() {
-                EVERY_OVER
+                FIRST_OVER
             } else {
                 EVERY
             },
@@ -110,6 +120,8 @@ impl OverheadWatch {
             last_own_ns: own_user_ns(),
             reading_ns_per_call: 0.0,
             in_situ: Default::default(),
+            threads: super::probed_threads::ProbedThreads::new(pids),
+            per_thread: false,
         }
     }
 
@@ -177,6 +189,7 @@ impl OverheadWatch {
         }
         self.last_own_ns = own_user_ns();
         self.last = Instant::now();
+        self.threads.used_ns();
         self.in_situ.restart();
     }
 
@@ -186,6 +199,21 @@ impl OverheadWatch {
         let out = work();
         self.last_own_ns += own_user_ns().saturating_sub(before);
         out
+    }
+
+    /// Whose CPU time the last share was of: "the probed threads'" or "the traced
+    /// processes'".
+    pub fn whose_cpu(&self) -> &'static str {
+        if self.per_thread {
+            "the probed threads'"
+        } else {
+            "the traced processes'"
+        }
+    }
+
+    /// The threads known to run probed code (empty: none yet, or goroutines).
+    pub fn probed_threads(&self) -> std::collections::HashSet<u64> {
+        self.threads.keys()
     }
 
     /// Whether [`OverheadWatch::tick`] will measure now (so a caller reads what it needs).
@@ -244,7 +272,12 @@ impl OverheadWatch {
         self.last_own_ns = own;
         let calls = new_hits as f64 / 2.0;
         self.reading_ns_per_call = if calls >= 1.0 { reading / calls } else { 0.0 };
-        let used = used as f64;
+        // Against the threads that run probed code, when known: the others' CPU time (a
+        // compaction, a background writer) is no measure of what the probes slow.
+        self.threads.learn(tracer.threads_in_phases());
+        let probed_used = self.threads.used_ns();
+        self.per_thread = probed_used >= 10_000_000;
+        let used = if self.per_thread { probed_used } else { used } as f64;
         if let Some(t) = samples {
             self.in_situ.add(t, added, used, self.sampler_fraction);
         }
@@ -272,7 +305,7 @@ impl OverheadWatch {
             let over = pct > self.budget().unwrap_or(WARN_PCT);
             eprintln!(
                 "wprof: {}first {}: {} probe hits and their reading ≈ {:.1} ms = {pct:.1}% of \
-                 the traced processes' CPU time{}{}",
+                 {} CPU time{}{}",
                 if over { "warning: " } else { "" },
                 if secs >= 0.95 {
                     "second".to_string()
@@ -281,6 +314,7 @@ impl OverheadWatch {
                 },
                 new_hits,
                 added / 1e6,
+                self.whose_cpu(),
                 self.in_situ.phrase(),
                 match self.max_overhead {
                     Some(_) => format!(" ({})", self.budget_phrase()),
@@ -326,9 +360,14 @@ fn own_user_ns() -> u64 {
 
 /// User + system CPU time of a process (all its threads), ns; None once it is gone.
 pub(super) fn process_cpu_ns(pid: u32) -> Option<u64> {
+    stat_cpu_ns(&format!("/proc/{pid}/stat"))
+}
+
+/// User + system CPU time from a `/proc` stat file (a process's or one thread's), ns.
+pub(super) fn stat_cpu_ns(path: &str) -> Option<u64> {
     // SAFETY: sysconf has no preconditions.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = std::fs::read_to_string(path).ok()?;
     // Fields after the parenthesised command name: state is field 3; utime and stime are
     // fields 14 and 15.
     let rest = stat.rsplit_once(')')?.1;

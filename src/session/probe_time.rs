@@ -8,7 +8,7 @@
 //! the stacks in BPF's `STACK_TRACES`. Out: a [`SampleTally`] of samples so far, all and in
 //! uprobe handling, for `overhead` to compare with what the calibration counted.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::aggregate::stacks::{in_uprobe_handling, StackAggregator};
 use crate::attach::Tracer;
@@ -47,13 +47,24 @@ impl ProbeTime {
         }
     }
 
-    /// The samples so far, all and in uprobe handling; stacks not seen before are read from
-    /// BPF and named first. A sample with no kernel stack (taken in user mode) is the
-    /// program's.
-    pub fn tally(&mut self, tracer: &mut Tracer, stacks: &StackAggregator) -> SampleTally {
-        let by_stack = &stacks.cpu_by_kernel_stack;
+    /// The samples so far of the `probed` threads (all threads when it is empty), all and in
+    /// uprobe handling; stacks not seen before are read from BPF and named first. A sample
+    /// with no kernel stack (taken in user mode) is the program's.
+    pub fn tally(
+        &mut self,
+        tracer: &mut Tracer,
+        stacks: &StackAggregator,
+        probed: &HashSet<u64>,
+    ) -> SampleTally {
+        let by_stack: Vec<(i32, u64)> = stacks
+            .cpu_by_kernel_stack
+            .iter()
+            .filter(|((thread, _), _)| probed.is_empty() || probed.contains(thread))
+            .map(|(&(_, id), &n)| (id, n))
+            .collect();
         let new: Vec<u32> = by_stack
-            .keys()
+            .iter()
+            .map(|(id, _)| id)
             .filter(|id| !self.in_probes.contains_key(id))
             .filter_map(|&id| u32::try_from(id).ok())
             .collect();
@@ -67,9 +78,9 @@ impl ProbeTime {
             }
         }
         let mut t = SampleTally::default();
-        for (id, &n) in by_stack {
+        for (id, n) in by_stack {
             t.samples += n;
-            if self.in_probes.get(id).copied().unwrap_or(false) {
+            if self.in_probes.get(&id).copied().unwrap_or(false) {
                 t.in_probes += n;
             }
         }
