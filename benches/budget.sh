@@ -71,11 +71,8 @@ fi
 
 echo "== PostgreSQL 15 pgbench tpcb-like, 2 clients, ${T} s (wprof --follow-forks --max-overhead 5%)"
 pg_start "$tmp"
-tps() { pgb -c 2 -T "$T" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-cat >"$tmp/pg.bt" <<BT
-uprobe:$PGBIN/postgres:standard_ExecutorRun { @s[tid] = nsecs; }
-uretprobe:$PGBIN/postgres:standard_ExecutorRun /@s[tid]/ { @lat = avg(nsecs - @s[tid]); delete(@s[tid]); }
-BT
+tps() { pg_tps "$T"; }
+pg_executor_bt "$tmp/pg.bt"
 printf '%-6s %-34s %9s %6s %10s %6s  %s\n' round tool tps ratio wprof_us live sampled
 for r in $(seq "$ROUNDS"); do
   b=$(tps)

@@ -17,11 +17,8 @@ ROUNDS=${2:-3}
 tmp=$(mktemp -d)
 trap 'pg_stop; rm -rf "$tmp"' EXIT
 pg_start "$tmp"
-tps() { pgb -c 2 -T "$T" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
-cat >"$tmp/pg.bt" <<BT
-uprobe:$PGBIN/postgres:standard_ExecutorRun { @s[tid] = nsecs; }
-uretprobe:$PGBIN/postgres:standard_ExecutorRun /@s[tid]/ { @lat = avg(nsecs - @s[tid]); delete(@s[tid]); }
-BT
+tps() { pg_tps "$T"; }
+pg_executor_bt "$tmp/pg.bt"
 wp() { # profile extra...
   local prof=$1; shift
   "$W" attach -q --target "$prof" --pid "$pm" --follow-forks "$@" --duration $((T + 3)) --json "$tmp/p.json" >/dev/null 2>"$tmp/w.err" &

@@ -20,7 +20,7 @@ ROUNDS=${2:-5}
 tmp=$(mktemp -d)
 trap 'pg_stop; rm -rf "$tmp"' EXIT
 pg_start "$tmp"
-tps() { pgb -c 2 -T "$T" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
+tps() { pg_tps "$T"; }
 wp() { # extra wprof options...
   "$W" attach -q --target postgres --pid "$pm" --follow-forks --max-overhead 5 "$@" \
     --duration $((T + 3)) --json "$tmp/p.json" >/dev/null 2>"$tmp/w.err" &
@@ -28,7 +28,7 @@ wp() { # extra wprof options...
   for _ in $(seq 100); do grep -q "attached" "$tmp/w.err" && break; sleep 0.1; done
   local t; t=$(tps); wait "$w" || true
   local live; live=$(python3 -c "import json;print(round(json.load(open('$tmp/p.json'))['provenance'].get('probes_live_fraction') or 1.0, 3))")
-  local insitu; insitu=$(grep -o '×[0-9.]* the calibration' "$tmp/w.err" | tail -1 | cut -d' ' -f1)
+  local insitu; insitu=$(grep -o '×[0-9.]* the calibration' "$tmp/w.err" | tail -1 | cut -d' ' -f1 || true)
   echo "$t $live ${insitu:-×1}"
 }
 printf '%-6s %-12s %9s %9s %9s %6s %6s %8s\n' round mode before traced after ratio live "in situ"

@@ -23,7 +23,7 @@ HZ=${3:-900}
 tmp=$(mktemp -d)
 trap 'pg_stop; rm -rf "$tmp"' EXIT
 pg_start "$tmp"
-tps() { pgb -c 2 -T "$T" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }
+tps() { pg_tps "$T"; }
 cat >"$tmp/null.toml" <<TOML
 name = "pg-null"
 object = "exe"
@@ -40,10 +40,7 @@ syscall = "fdatasync"
 name = "pwrite"
 syscall = "pwrite64"
 TOML
-cat >"$tmp/pg.bt" <<BT
-uprobe:$PGBIN/postgres:standard_ExecutorRun { @s[tid] = nsecs; }
-uretprobe:$PGBIN/postgres:standard_ExecutorRun /@s[tid]/ { @lat = avg(nsecs - @s[tid]); delete(@s[tid]); }
-BT
+pg_executor_bt "$tmp/pg.bt"
 wp() { # profile extra...
   local prof=$1; shift
   "$W" attach -q --target "$prof" --pid "$pm" --follow-forks "$@" --duration $((T + 3)) --json "$tmp/p.json" >/dev/null 2>"$tmp/w.err" &

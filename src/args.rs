@@ -164,10 +164,11 @@ pub struct TraceArgs {
     /// starts per event and switches to the kernel above 200,000 calls a second.
     #[arg(long, value_enum, value_name = "MODE", default_value = "event")]
     pub aggregate: AggregateMode,
-    /// Keep the probes' share of the traced processes' CPU time under PCT (e.g. 5%), checked
-    /// every 0.25 s while over: the costliest hot leaves move to CPU sampling (roots stay
-    /// exact), then what stays probed is live only part of each 2 s cycle, and only when even
-    /// 2% of the time is too much does wprof detach (cleanly, outputs written, exit 5).
+    /// Keep the probes' share of the CPU time of the threads that run probed code under PCT
+    /// (e.g. 5%), checked after 0.1 s, then every 0.25 s while over: the costliest hot leaves
+    /// move to CPU sampling (roots stay exact), then what stays probed is live only part of
+    /// each 2 s cycle, and only when even 2% of the time is too much does wprof detach
+    /// (cleanly, outputs written, exit 5).
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub max_overhead: Option<f64>,
     /// Check the probe correction where the probes run: every 2 s, for 0.25 s, only the

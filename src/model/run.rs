@@ -240,8 +240,8 @@ pub struct ProbeCost {
 pub struct InSituProbeTime {
     /// The samples of the last reading.
     pub samples: u64,
-    /// Their share taken while the kernel handled a uprobe, as a share of the traced
-    /// processes' CPU time (a sampler paused with the probes counts for the live part), %.
+    /// Their share taken while the kernel handled a uprobe, as a share of the probed
+    /// threads' CPU time (a sampler paused with the probes counts for the live part), %.
     pub share_pct: f64,
     /// That time ÷ the calibration's price of the same hits, at least 1: what
     /// `--max-overhead` multiplied the calibrated price by.

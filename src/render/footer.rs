@@ -249,7 +249,7 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
     }
     if let Some(s) = &pc.in_situ {
         out.push_str(&format!(
-            "  in situ: {:.1}% of the traced processes' CPU time in uprobe handling by {} CPU \
+            "  in situ: {:.1}% of the probed threads' CPU time in uprobe handling by {} CPU \
              samples ({})\n",
             s.share_pct,
             s.samples,

@@ -26,7 +26,7 @@ pub mod names {
     pub const LOST_EVENTS: &str = "wprof_lost_events_total";
     /// Returns that matched no open call.
     pub const UNMATCHED: &str = "wprof_unmatched_returns_total";
-    /// The probes' share of the traced processes' CPU time over the last second.
+    /// The probes' share of the probed threads' CPU time over the last second.
     pub const OVERHEAD: &str = "wprof_probe_overhead_ratio";
     /// Processes folded into `process="other"` by `--serve-max-series`.
     pub const FOLDED: &str = "wprof_serve_folded_processes_total";
@@ -77,7 +77,7 @@ pub struct Scrape {
     pub lost_events: u64,
     /// Unmatched returns.
     pub unmatched_returns: u64,
-    /// The probes' share of the traced processes' CPU time, 0..1.
+    /// The probes' share of the probed threads' CPU time, 0..1.
     pub overhead_ratio: f64,
     /// Processes folded into `other`.
     pub folded_processes: u64,
@@ -177,7 +177,7 @@ impl Scrape {
             family(names::LOST_CALLS, "Calls whose span was lost (ring buffer full) per phase path: counted, not timed.", MetricType::Counter, loss(|l| l.lost)),
             family(names::LOST_EVENTS, "Ring-buffer records lost (spans and node definitions).", MetricType::Counter, global(self.lost_events)),
             family(names::UNMATCHED, "Returns that matched no open call.", MetricType::Counter, global(self.unmatched_returns)),
-            family(names::OVERHEAD, "The probes' share of the traced processes' CPU time over the last second (0..1).", MetricType::Gauge, gauge(self.overhead_ratio)),
+            family(names::OVERHEAD, "The probes' share of the probed threads' CPU time over the last second (0..1).", MetricType::Gauge, gauge(self.overhead_ratio)),
             family(names::FOLDED, "Processes given process=\"other\" because --serve-max-series was reached.", MetricType::Counter, global(self.folded_processes)),
             family(names::PROCESSES, "process label values kept (--per-pid).", MetricType::Gauge, gauge(self.processes as f64)),
         ]

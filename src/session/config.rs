@@ -104,7 +104,7 @@ pub struct TraceConfig {
     pub max_calls: usize,
     /// `--interval` and `--snapshots`, when both are given.
     pub snapshots: Option<SnapshotPlan>,
-    /// `--max-overhead`: the budget, % of the traced processes' CPU time.
+    /// `--max-overhead`: the budget, % of the probed threads' CPU time.
     pub max_overhead: Option<f64>,
     /// `--in-situ`: light epochs check the probe correction.
     pub in_situ: bool,
