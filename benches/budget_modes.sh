@@ -14,9 +14,7 @@ T=${1:-10}
 ROUNDS=${2:-3}
 # shellcheck source=benches/pg_cluster.sh
 . benches/pg_cluster.sh
-tmp=$(mktemp -d)
-trap 'pg_stop; rm -rf "$tmp"' EXIT
-pg_start "$tmp"
+pg_throwaway
 tps() { pg_tps "$T"; }
 pg_executor_bt "$tmp/pg.bt"
 wp() { # profile extra...

@@ -17,9 +17,7 @@ T=${1:-20}
 ROUNDS=${2:-5}
 # shellcheck source=benches/pg_cluster.sh
 . benches/pg_cluster.sh
-tmp=$(mktemp -d)
-trap 'pg_stop; rm -rf "$tmp"' EXIT
-pg_start "$tmp"
+pg_throwaway
 tps() { pg_tps "$T"; }
 wp() { # extra wprof options...
   "$W" attach -q --target postgres --pid "$pm" --follow-forks --max-overhead 5 "$@" \

@@ -5,6 +5,7 @@
 #   pg_start DIR   initdb DIR/pg, start it on a random port; sets PGBIN, port, pm (postmaster)
 #   pgb ARGS...    pgbench against it, as postgres
 #   pg_stop        stop it (fast); harmless when it is not running
+#   pg_throwaway   a cluster in a new temporary directory ($tmp), both gone when the script exits
 #   pg_tps SECONDS pgbench tpcb-like, 2 clients, for SECONDS: its tps
 #   pg_executor_bt FILE  write a bpftrace script timing standard_ExecutorRun (one entry +
 #                  uretprobe pair, the cheapest exact figure a probe tool gets) to FILE
@@ -29,6 +30,12 @@ pgb() { runuser -u postgres -- "$PGBIN/pgbench" -h "$pg_dir" -p "$port" "$@" pos
 pg_stop() {
   [ -n "${pg_dir:-}" ] || return 0
   runuser -u postgres -- "$PGBIN/pg_ctl" -D "$pg_dir/pg" -m fast stop >/dev/null 2>&1 || true
+}
+
+pg_throwaway() {
+  tmp=$(mktemp -d)
+  trap 'pg_stop; rm -rf "$tmp"' EXIT
+  pg_start "$tmp"
 }
 
 pg_tps() { pgb -c 2 -T "$1" | sed -n 's/^tps = \([0-9.]*\).*/\1/p'; }

@@ -20,9 +20,7 @@ ROUNDS=${2:-3}
 HZ=${3:-900}
 # shellcheck source=benches/pg_cluster.sh
 . benches/pg_cluster.sh
-tmp=$(mktemp -d)
-trap 'pg_stop; rm -rf "$tmp"' EXIT
-pg_start "$tmp"
+pg_throwaway
 tps() { pg_tps "$T"; }
 cat >"$tmp/null.toml" <<TOML
 name = "pg-null"

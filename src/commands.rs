@@ -205,7 +205,7 @@ fn write_estimate(
     }
     writeln!(
         out,
-        "every phase probed: {:.1}% of the process's CPU time; after the moves: {:.1}%{}",
+        "every phase probed: {:.1}% of the probed threads' CPU time; after the moves: {:.1}%{}",
         e.all_pct(),
         e.plan.projected_pct,
         match e.duty {

@@ -23,7 +23,8 @@ use crate::resolve::ResolvedPhase;
 pub struct Estimate {
     /// Seconds the probes were attached.
     pub secs: f64,
-    /// The process's CPU time a second over them, ns.
+    /// The CPU time a second of the process's threads that ran probed code (all of its
+    /// threads when none did), ns.
     pub cpu_ns_per_s: f64,
     /// Per probed phase: calls a second, cost a call, whether the budget may move it.
     pub loads: Vec<PhaseLoad>,
@@ -82,6 +83,7 @@ pub fn estimate(
     tracer.attach(phases, &[pid], false)?;
     let n = phases.iter().map(|p| p.id as usize + 1).max().unwrap_or(0);
     let cpu_before = overhead::process_cpu_ns(pid).unwrap_or(0);
+    let mut threads = super::probed_threads::ProbedThreads::new(&[pid]);
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);
     while Instant::now() < until && process_alive(pid) {
@@ -91,9 +93,17 @@ pub fn estimate(
     let elapsed = started.elapsed().as_secs_f64();
     let hits = overhead::phase_hits(&mut tracer, n);
     let cpu = overhead::process_cpu_ns(pid).unwrap_or(cpu_before);
+    // As a run's budget does: against the threads that ran probed code, when any did.
+    threads.learn(tracer.threads_in_phases());
+    let probed_cpu = threads.used_ns();
     tracer.detach();
     collector.drain(|e| agg.add(e), |_| {});
-    let cpu_ns_per_s = cpu.saturating_sub(cpu_before) as f64 / elapsed;
+    let used = if probed_cpu >= overhead::MIN_CPU_NS {
+        probed_cpu
+    } else {
+        cpu.saturating_sub(cpu_before)
+    };
+    let cpu_ns_per_s = used as f64 / elapsed;
     let rates = |id: u32| {
         let calls = hits.get(id as usize).copied().unwrap_or(0) as f64 / 2.0 / elapsed;
         let pair = phases

@@ -1,12 +1,13 @@
 //! The probes' overhead while a run goes on: after its first second wprof says what the
-//! probes cost the traced processes (hits per second × the calibrated cost of a hit, as a
-//! share of their CPU time), and with `--max-overhead` says when that share goes over the
-//! budget: the session then moves phases to sampling (`budget`), or detaches when none may
-//! move, so a probe on a hot function never stalls a production server for long.
+//! probes cost the traced processes (hits per second × the calibrated cost of a hit, scaled
+//! by what CPU samples saw in situ, as a share of the CPU time of the threads that ran probed
+//! code), and with `--max-overhead` says when that share goes over the budget: the session
+//! then moves phases to sampling (`budget`), or detaches when none may move, so a probe on a
+//! hot function never stalls a production server for long.
 //!
-//! In: each phase's pair cost, the budget and the traced pids; BPF's hit counters and the
-//! processes' CPU time at each tick. Out: the share over the budget, when it is, and notes on
-//! stderr.
+//! In: each phase's pair cost, the budget and the traced pids; BPF's hit counters, the
+//! probed threads' (else the processes') CPU time and the CPU samples at each tick. Out: the
+//! share over the budget, when it is, and notes on stderr.
 
 use std::time::{Duration, Instant};
 
@@ -25,12 +26,16 @@ const EVERY: Duration = Duration::from_secs(1);
 /// still ~25 ticks of one busy CPU).
 const EVERY_OVER: Duration = Duration::from_millis(250);
 
+/// CPU time below which a share says nothing: /proc's CPU times tick at 10 ms.
+pub(super) const MIN_CPU_NS: u64 = 10_000_000;
+
 /// How soon the first measurement comes under `--max-overhead`: until then every phase is
 /// probed, which on RocksDB with RET-site returns ran its writes ~12× slower (half a second of
 /// that cost a 9 s db_bench run ~5% of its writes). Ten /proc ticks of one busy CPU.
 const FIRST_OVER: Duration = Duration::from_millis(100);
 
-/// Watches the probes' share of the traced processes' CPU time.
+/// Watches the probes' share of the CPU time of the threads that run probed code (of the
+/// traced processes' until such a thread is known).
 pub(super) struct OverheadWatch {
     /// Per phase id: ns one probe hit costs (half the calibrated or estimated pair).
     hit_ns: Vec<f64>,
@@ -276,7 +281,7 @@ impl OverheadWatch {
         // compaction, a background writer) is no measure of what the probes slow.
         self.threads.learn(tracer.threads_in_phases());
         let probed_used = self.threads.used_ns();
-        self.per_thread = probed_used >= 10_000_000;
+        self.per_thread = probed_used >= MIN_CPU_NS;
         let used = if self.per_thread { probed_used } else { used } as f64;
         if let Some(t) = samples {
             self.in_situ.add(t, added, used, self.sampler_fraction);
@@ -293,8 +298,7 @@ impl OverheadWatch {
         self.last_hits = hits;
         self.ticks += 1;
         self.window_s = secs;
-        // /proc's CPU times tick at 10 ms: below that nothing meaningful can be said.
-        let pct = if used >= 10e6 {
+        let pct = if used >= MIN_CPU_NS as f64 {
             added / used * 100.0
         } else {
             0.0
