@@ -393,7 +393,9 @@ fn in_kernel_aggregation_keeps_go_counts_times_and_pauses() {
         summary(&run)
     );
     let t = truth(&out.stdout);
-    assert_matches_fixture(&run, &t, 0.05, 0.0);
+    // 16 goroutines under GOGC=10 on 2 CPUs: the run-queue waits the fixture's timer cannot
+    // see (see assert_matches_fixture) came to ~7% of pqgo_buffer_file in one CI run.
+    assert_matches_fixture(&run, &t, 0.05, 50e6);
     let mut paused = 0;
     for backend in ["arrow_write_batch", "pqgo_write_batch"] {
         let stw = node(&run, &[backend, "gc_stw"]);
