@@ -84,6 +84,8 @@ pub(super) struct OverheadWatch {
     /// Whether the last share was of the probed threads' CPU time (else of the processes':
     /// no probed thread known yet, or a Go program's goroutines).
     per_thread: bool,
+    /// How many probed threads the last samples were tallied over.
+    tallied_over: usize,
 }
 
 impl OverheadWatch {
@@ -127,6 +129,7 @@ impl OverheadWatch {
             in_situ: Default::default(),
             threads: super::probed_threads::ProbedThreads::new(pids),
             per_thread: false,
+            tallied_over: 0,
         }
     }
 
@@ -277,6 +280,16 @@ impl OverheadWatch {
         self.last_own_ns = own;
         let calls = new_hits as f64 / 2.0;
         self.reading_ns_per_call = if calls >= 1.0 { reading / calls } else { 0.0 };
+        // The samples were tallied over the probed threads known until now: when that set
+        // grew, a thread's earlier samples came in with it and this window is a new start.
+        let mut samples = samples;
+        if let Some(t) = samples {
+            if self.threads.len() != self.tallied_over {
+                self.in_situ.rebase(t);
+                samples = None;
+            }
+            self.tallied_over = self.threads.len();
+        }
         // Against the threads that run probed code, when known: the others' CPU time (a
         // compaction, a background writer) is no measure of what the probes slow.
         self.threads.learn(tracer.threads_in_phases());

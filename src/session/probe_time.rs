@@ -162,6 +162,12 @@ impl InSituFactor {
         self.restart();
     }
 
+    /// Takes `now` as the samples so far without counting them: the threads they were
+    /// tallied over changed, so their difference from the last tally is no window's.
+    pub fn rebase(&mut self, now: SampleTally) {
+        self.seen = now;
+    }
+
     /// The last reading, for the run's record.
     pub fn reading(&self) -> Option<crate::model::InSituProbeTime> {
         self.last
@@ -230,6 +236,16 @@ mod tests {
         f.add(tally(400, 80), 25e6, 1e9, 0.25);
         assert!((f.factor - 2.0).abs() < 1e-9, "{}", f.factor);
         assert_eq!(f.last.map(|l| l.0), Some(5.0));
+    }
+
+    #[test]
+    fn samples_before_a_rebase_are_no_window_of_their_own() {
+        let mut f = InSituFactor::default();
+        // A thread joined the tally with 1,000 earlier samples, half in probes: not counted.
+        f.rebase(tally(1000, 500));
+        // 200 new samples, 20 in probes: 10% of 1 s = 100 ms against 50 ms calibrated.
+        f.add(tally(1200, 520), 50e6, 1e9, 1.0);
+        assert!((f.factor - 2.0).abs() < 1e-9, "{}", f.factor);
     }
 
     #[test]

@@ -75,6 +75,11 @@ impl ProbedThreads {
     pub fn keys(&self) -> HashSet<u64> {
         self.last.keys().copied().collect()
     }
+
+    /// How many probed threads are known.
+    pub fn len(&self) -> usize {
+        self.last.len()
+    }
 }
 
 /// A thread's key as BPF makes it.
