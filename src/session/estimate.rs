@@ -95,14 +95,9 @@ pub fn estimate(
     let cpu = overhead::process_cpu_ns(pid).unwrap_or(cpu_before);
     // As a run's budget does: against the threads that ran probed code, when any did.
     threads.learn(tracer.threads_in_phases());
-    let probed_cpu = threads.used_ns();
+    let (used, _) = threads.cpu_against(cpu.saturating_sub(cpu_before));
     tracer.detach();
     collector.drain(|e| agg.add(e), |_| {});
-    let used = if probed_cpu >= overhead::MIN_CPU_NS {
-        probed_cpu
-    } else {
-        cpu.saturating_sub(cpu_before)
-    };
     let cpu_ns_per_s = used as f64 / elapsed;
     let rates = |id: u32| {
         let calls = hits.get(id as usize).copied().unwrap_or(0) as f64 / 2.0 / elapsed;

@@ -293,9 +293,9 @@ impl OverheadWatch {
         // Against the threads that run probed code, when known: the others' CPU time (a
         // compaction, a background writer) is no measure of what the probes slow.
         self.threads.learn(tracer.threads_in_phases());
-        let probed_used = self.threads.used_ns();
-        self.per_thread = probed_used >= MIN_CPU_NS;
-        let used = if self.per_thread { probed_used } else { used } as f64;
+        let (used, per_thread) = self.threads.cpu_against(used);
+        self.per_thread = per_thread;
+        let used = used as f64;
         if let Some(t) = samples {
             self.in_situ.add(t, added, used, self.sampler_fraction);
         }

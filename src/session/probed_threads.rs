@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::overhead::stat_cpu_ns;
+use super::overhead::{stat_cpu_ns, MIN_CPU_NS};
 
 /// Thread keys (`pid << 32 | tid`) and their CPU time, ns.
 pub(super) struct ProbedThreads {
@@ -69,6 +69,18 @@ impl ProbedThreads {
                 None => false,
             });
         used
+    }
+
+    /// What a share of the probes' time is measured against since the last call: the probed
+    /// threads' CPU time, ns, and true; or, when they used too little to say anything (none
+    /// known yet, a Go program's goroutines), `processes_ns` and false.
+    pub fn cpu_against(&mut self, processes_ns: u64) -> (u64, bool) {
+        let probed = self.used_ns();
+        if probed >= MIN_CPU_NS {
+            (probed, true)
+        } else {
+            (processes_ns, false)
+        }
     }
 
     /// The probed threads known so far (empty: none yet, or a Go program's goroutines).
