@@ -9,7 +9,7 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::attach::{missing_capabilities, Tracer, TracerOptions};
+use crate::attach::{missing_capabilities, GuardWrites, Tracer, TracerOptions};
 
 /// How a check came out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -244,10 +244,20 @@ fn unwind_guard(can_load: bool) -> Check {
         return skipped(NAME);
     }
     match Tracer::unwind_guard_loads() {
-        Ok(()) => check(
+        Ok(GuardWrites::Kernel) => check(
             NAME,
             Verdict::Ok,
             "C++ and Rust phases return through guarded uretprobes (~1 trap a return)",
+            "",
+        ),
+        Ok(GuardWrites::Wprof(why)) => check(
+            NAME,
+            Verdict::Ok,
+            format!(
+                "C++ and Rust phases return through guarded uretprobes (~1 trap a return); the \
+                 kernel refuses the guard's own writes to the stacks ({why}), so wprof makes \
+                 them while an unwinding thread waits (~0.1 ms an exception)"
+            ),
             "",
         ),
         Err(e) => check(

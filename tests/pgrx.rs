@@ -70,13 +70,15 @@ fn a_refresh_cycle_is_four_phases_matching_the_extensions_own_timers() {
     ] {
         assert_eq!(u(c, k), 0, "counter {k}\n{sum}");
     }
-    // Rust phases got RET-site returns, the server's C functions uretprobes.
+    // Rust phases got the host's safe returns (guarded or RET sites), the server's C functions
+    // uretprobes.
+    let rust_mode = cxx_default_return_mode();
     for p in run["phases"].as_array().expect("phases") {
         let rust = p["object"]
             .as_str()
             .unwrap_or("")
             .ends_with("pgrx_refresh.so");
-        let want = if rust { "ret-sites" } else { "uretprobe" };
+        let want = if rust { rust_mode } else { "uretprobe" };
         assert_eq!(p["return_mode"], want, "{p}");
     }
 
@@ -257,7 +259,9 @@ fn the_same_profile_resolves_and_traces_the_v0_mangled_build() {
     assert!(v0.iter().all(|n| n.starts_with("_R")), "{v0:?}");
 
     // `wprof probes` against the server binary, the extension found in LD_LIBRARY_PATH (as
-    // the loader would): every phase resolves in both builds, the Rust ones with RET sites.
+    // the loader would): every phase resolves in both builds, the Rust ones with the host's safe
+    // returns.
+    let rust_mode = cxx_default_return_mode();
     for variant in ["legacy", "v0"] {
         let o = run(wprof()
             .args(["probes", "--target", "pgrx-merge", "--binary"])
@@ -273,7 +277,7 @@ fn the_same_profile_resolves_and_traces_the_v0_mangled_build() {
                 .unwrap_or_else(|| panic!("{variant}: no row for {}:\n{stdout}", p.name));
             assert!(line.ends_with("resolved"), "{variant}: {line}");
             if line.contains("pgrx_refresh.so") {
-                assert!(line.contains("ret-sites"), "{variant}: {line}");
+                assert!(line.contains(rust_mode), "{variant}: {line}");
             }
         }
     }

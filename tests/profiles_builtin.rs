@@ -134,6 +134,7 @@ fn pax_profile_resolves_in_the_fixture() {
     // The server-side phases are optional and absent from the fixture: exit 0.
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let mode = common::cxx_default_return_mode();
     for phase in [
         "tuple_insert",
         "aux_insert",
@@ -146,7 +147,7 @@ fn pax_profile_resolves_in_the_fixture() {
             .find(|l| l.split_whitespace().next() == Some(phase))
             .unwrap_or_else(|| panic!("no row for {phase}:\n{stdout}"));
         assert!(
-            line.contains("pax.so") && line.contains("ret-sites") && line.ends_with("resolved"),
+            line.contains("pax.so") && line.contains(mode) && line.ends_with("resolved"),
             "{line}"
         );
     }

@@ -333,9 +333,10 @@ fn cxx_library_loaded_after_attach_survives_exceptions_through_probed_frames() {
         .iter()
         .map(|p| p["return_mode"].clone())
         .collect();
+    let want = cxx_default_return_mode();
     assert!(
-        modes.iter().all(|m| m == "ret-sites"),
-        "C++ phases must default to RET sites: {modes:?}"
+        modes.iter().all(|m| m == want),
+        "C++ phases must default to {want}: {modes:?}"
     );
 }
 

@@ -17,23 +17,6 @@ use std::process::Output;
 
 use common::*;
 
-/// The return mode the profiles' C++ and Rust phases get on this host: what `wprof doctor`
-/// says of the unwind guard.
-fn expected_mode() -> &'static str {
-    let o = run(wprof().args(["doctor", "--json"]));
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("doctor --json: {e}\n{}", text(&o)));
-    let guard = v["checks"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["name"] == "unwind guard"))
-        .unwrap_or_else(|| panic!("doctor has no unwind guard check: {v}"));
-    if guard["verdict"] == "ok" {
-        "guarded"
-    } else {
-        "ret-sites"
-    }
-}
-
 fn profile(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures/unwind")
@@ -102,8 +85,18 @@ fn assert_unharmed(t: &Traced, line: &str, mode: &str) {
         );
     } else {
         let c = &t.run["counters"];
-        assert!(u(c, "unwinds") > 0 || line.contains("backtrace"), "{c}");
-        assert_eq!(u(c, "unwind_foreign"), 0, "{c}");
+        assert!(
+            c["unwinds"].as_u64().unwrap_or(0) > 0 || line.contains("backtrace"),
+            "{c}"
+        );
+        // Left out of the JSON when 0. An unwinder entered again while an unwind goes on (a
+        // destructor's own exception; a forced unwind's resume after each cleanup) can meet
+        // frames the unwind already passed, their slots reused since by the cleanup's calls:
+        // those the guard leaves alone (clang's frames show it, g++'s seldom do).
+        if !(line.starts_with("dtor") || line.starts_with("cancel")) {
+            assert_eq!(c["unwind_foreign"].as_u64().unwrap_or(0), 0, "{c}");
+        }
+        assert_eq!(c["unwind_late"].as_u64().unwrap_or(0), 0, "{c}");
     }
 }
 
@@ -141,7 +134,7 @@ fn cxx_suite(program: &str) {
         return;
     };
     let _g = bpf_lock();
-    let mode = expected_mode();
+    let mode = cxx_default_return_mode();
     let rounds = 20;
     let t = trace("unwind.toml", &prog, &["nested", "20"]);
     assert_unharmed(&t, "nested ok thrown=720 caught=720", mode);
@@ -193,7 +186,7 @@ fn rust_panics_caught_by_catch_unwind_never_harm_the_traced_program() {
         return;
     };
     let _g = bpf_lock();
-    let mode = expected_mode();
+    let mode = cxx_default_return_mode();
     let t = trace("unwind-rs.toml", &prog, &["nested", "50"]);
     assert_unharmed(&t, "nested ok thrown=500 caught=500", mode);
     for k in 1..=4 {
@@ -216,7 +209,7 @@ fn doctor_says_whether_the_unwind_guard_loads_and_what_that_means() {
         .lines()
         .find(|l| l.contains("unwind guard"))
         .unwrap_or_else(|| panic!("{}", text(&o)));
-    if expected_mode() == "guarded" {
+    if cxx_default_return_mode() == "guarded" {
         assert!(
             line.contains("OK") && line.contains("guarded uretprobes"),
             "{line}"

@@ -6,6 +6,7 @@
 //! dying, even by SIGKILL — detaches everything, so no probe outlives wprof.
 
 mod capabilities;
+mod guard_writer;
 mod kernel;
 mod links;
 mod maps;
@@ -37,6 +38,7 @@ const GO_STOP_THE_WORLD: &str = "runtime.stopTheWorldWithSema";
 const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 
 pub use capabilities::{check_capabilities, missing_capabilities};
+pub use unwind_guard::GuardWrites;
 
 use crate::error::WprofError;
 use crate::model::profile::Capture;
@@ -110,6 +112,10 @@ pub struct Tracer {
     kernel_aggregate: bool,
     /// The unwind guard is live ([`Tracer::guard_unwinding`]).
     guarded: bool,
+    /// Who writes for the unwind guard, once its programs are loaded.
+    guard_writes: Option<unwind_guard::GuardWrites>,
+    /// The thread that writes for it where the kernel refuses BPF's writes.
+    guard_writer: Option<guard_writer::GuardWriter>,
     /// Names of the attached guarded phases by id, for what detaching says of them.
     phase_names: std::collections::HashMap<u32, String>,
     /// Phases whose probes get links of their own, so they can come off alone
@@ -192,6 +198,8 @@ impl Tracer {
             detached: false,
             kernel_aggregate: opts.kernel_aggregate,
             guarded: false,
+            guard_writes: None,
+            guard_writer: None,
             phase_names: std::collections::HashMap::new(),
             movable: Default::default(),
             sampler: None,
@@ -482,6 +490,10 @@ impl Tracer {
             }
         }
         self.unload_extra();
+        // Last: a guard program still running while the programs went was answered.
+        if let Some(mut w) = self.guard_writer.take() {
+            w.stop();
+        }
         self.detached = true;
     }
 

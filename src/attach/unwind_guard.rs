@@ -1,8 +1,9 @@
 //! Attaching the unwind guard (probes/ebpf/src/unwind_guard.rs): probes on the unwinder's
 //! entries and on the catches, which make guarded uretprobes safe for C++ exceptions and Rust
 //! panics. Its programs write the traced threads' stacks (`bpf_probe_write_user`), which the
-//! kernel allows only with CAP_SYS_ADMIN and without lockdown: a refusal is an error here, and
-//! the session then falls back to RET-site probes.
+//! kernel allows only with CAP_SYS_ADMIN and without lockdown; where it refuses, the guard's
+//! `_ask` programs have wprof make the same writes ([`super::guard_writer`]). Only when both
+//! are refused is it an error here, and the session then falls back to RET-site probes.
 
 use anyhow::{Context, Result};
 use aya::programs::UProbe;
@@ -19,7 +20,7 @@ fn lockdown() -> Option<String> {
     (mode != "none").then_some(mode)
 }
 
-/// The guard's two programs for one attach mechanism.
+/// The guard's two programs for one attach mechanism and one way of writing.
 struct GuardPrograms {
     unwind: &'static str,
     catch: &'static str,
@@ -35,43 +36,88 @@ const MULTI: GuardPrograms = GuardPrograms {
     catch: program::MULTI_CATCH,
 };
 
+const PER_POINT_ASK: GuardPrograms = GuardPrograms {
+    unwind: program::UNWIND_ASK,
+    catch: program::CATCH_ASK,
+};
+
+const MULTI_ASK: GuardPrograms = GuardPrograms {
+    unwind: program::MULTI_UNWIND_ASK,
+    catch: program::MULTI_CATCH_ASK,
+};
+
+/// Who writes the return slots for the unwind guard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardWrites {
+    /// Its BPF programs (`bpf_probe_write_user`).
+    Kernel,
+    /// wprof, on the programs' request: the kernel refused theirs, for this reason.
+    Wprof(String),
+}
+
 impl Tracer {
-    /// Whether this host loads the unwind guard (`doctor`, dry runs): a minimal tracer tries.
-    pub fn unwind_guard_loads() -> Result<()> {
+    /// Whether this host loads the unwind guard (`doctor`, dry runs), and who writes for it:
+    /// a minimal tracer tries.
+    pub fn unwind_guard_loads() -> Result<GuardWrites> {
         Tracer::load(TracerOptions::MINIMAL)?.load_unwind_guard()
     }
 
-    fn guard_programs(&self) -> GuardPrograms {
-        if self.uses_multi_links() {
-            MULTI
-        } else {
-            PER_POINT
+    fn guard_programs(&self, ask: bool) -> GuardPrograms {
+        match (self.uses_multi_links(), ask) {
+            (true, false) => MULTI,
+            (false, false) => PER_POINT,
+            (true, true) => MULTI_ASK,
+            (false, true) => PER_POINT_ASK,
         }
     }
 
-    /// Loads the unwind guard's programs (idempotent): an error when the kernel refuses them.
-    pub fn load_unwind_guard(&mut self) -> Result<()> {
-        let progs = self.guard_programs();
+    /// Loads the unwind guard's programs (idempotent): those that write themselves, else those
+    /// that ask wprof to; an error when the kernel refuses both.
+    pub fn load_unwind_guard(&mut self) -> Result<GuardWrites> {
+        if let Some(w) = &self.guard_writes {
+            return Ok(w.clone());
+        }
+        let writes = match self.load_guard_programs(false) {
+            Ok(()) => GuardWrites::Kernel,
+            Err(refused) => {
+                let why = match lockdown() {
+                    Some(mode) => format!("kernel lockdown ({mode}) forbids it"),
+                    None => "it needs CAP_SYS_ADMIN and no kernel lockdown".to_string(),
+                };
+                let why = format!("bpf_probe_write_user: {why}: {refused}");
+                self.load_guard_programs(true).map_err(|e| {
+                    anyhow::anyhow!(
+                        "the kernel refused the unwind guard's writes to the traced threads' \
+                         stacks ({why}), and the guard that has wprof write them (bpf_loop, \
+                         sleepable uprobes, bpf_copy_from_user_task: 5.18+): {e}"
+                    )
+                })?;
+                GuardWrites::Wprof(why)
+            }
+        };
+        self.guard_writes = Some(writes.clone());
+        Ok(writes)
+    }
+
+    /// Loads the guard's two programs, writing themselves or asking wprof to (`ask`); the
+    /// verifier's reason when the kernel refuses one.
+    fn load_guard_programs(&mut self, ask: bool) -> std::result::Result<(), String> {
+        let progs = self.guard_programs(ask);
         for name in [progs.unwind, progs.catch] {
-            let (prog, first) = self.extra_program::<UProbe>(name)?;
+            let (prog, first) = self
+                .extra_program::<UProbe>(name)
+                .map_err(|e| format!("{e:#}"))?;
             if first {
                 verified(name, prog.load()).map_err(|e| {
                     // The verifier's reason is the log's last line before its statistics.
                     let text = format!("{e:#}");
                     let stats = ["processed ", "stack depth", "verification time"];
-                    let last = text
-                        .lines()
+                    text.lines()
                         .rev()
-                        .find(|l| !l.trim().is_empty() && !stats.iter().any(|s| l.starts_with(s)));
-                    let why = match lockdown() {
-                        Some(mode) => format!("kernel lockdown ({mode}) forbids it"),
-                        None => "it needs CAP_SYS_ADMIN and no kernel lockdown".to_string(),
-                    };
-                    anyhow::anyhow!(
-                        "the kernel refused the unwind guard's writes to the traced threads' \
-                         stacks (bpf_probe_write_user: {why}): {}",
-                        last.unwrap_or_default().trim()
-                    )
+                        .find(|l| !l.trim().is_empty() && !stats.iter().any(|s| l.starts_with(s)))
+                        .unwrap_or_default()
+                        .trim()
+                        .to_string()
                 })?;
             }
         }
@@ -89,10 +135,25 @@ impl Tracer {
         pids: &[u32],
         every_process: bool,
     ) -> Result<()> {
-        self.load_unwind_guard()?;
+        let writes = self.load_unwind_guard()?;
+        let ask = writes != GuardWrites::Kernel;
+        if ask && self.guard_writer.is_none() {
+            let asks = self
+                .ebpf
+                .take_map(wprof_common::names::map::GUARD_ASKS)
+                .context("BPF object has no map GUARD_ASKS")?;
+            let done = self
+                .ebpf
+                .take_map(wprof_common::names::map::GUARD_DONE)
+                .context("BPF object has no map GUARD_DONE")?;
+            self.guard_writer = Some(super::guard_writer::GuardWriter::start(
+                aya::maps::RingBuf::try_from(asks)?,
+                aya::maps::HashMap::try_from(done)?,
+            )?);
+        }
         // The guard puts each frame's own return address back.
         self.keep_return_addresses()?;
-        let progs = self.guard_programs();
+        let progs = self.guard_programs(ask);
         for (name, targets) in [(progs.unwind, unwind), (progs.catch, catch)] {
             for (scope, pid) in scopes(pids, every_process)? {
                 for t in targets {

@@ -214,6 +214,10 @@ pub struct UnwindCounters {
     /// Frames whose return slot held something unexpected, left alone.
     #[serde(rename = "unwind_foreign", default, skip_serializing_if = "is_zero")]
     pub foreign: u64,
+    /// Requests to write the slots that wprof did not answer in time (the guard written by
+    /// wprof, where the kernel refuses BPF's writes): those unwinds went on unguarded.
+    #[serde(rename = "unwind_late", default, skip_serializing_if = "is_zero")]
+    pub late: u64,
 }
 
 /// The probe cost of the run.

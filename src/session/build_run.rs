@@ -365,6 +365,7 @@ fn counters(end: &EndState, excused: &[u64], read: Read) -> Counters {
             restored: end.counter(counter::UNWIND_DISARMED),
             rearmed: end.counter(counter::UNWIND_REARMED),
             foreign: end.counter(counter::UNWIND_FOREIGN),
+            late: end.counter(counter::UNWIND_LATE),
         },
     }
 }

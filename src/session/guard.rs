@@ -12,7 +12,7 @@
 
 use anyhow::Result;
 
-use crate::attach::Tracer;
+use crate::attach::{GuardWrites, Tracer};
 use crate::model::profile::{Profile, ReturnMode};
 use crate::resolve::{self, ResolvedPhase, ResolvedSymbol, Scope, Status};
 
@@ -139,7 +139,15 @@ pub fn prepare(tracer: &mut Tracer, phases: &mut [ResolvedPhase], scope: &Scope)
         .and_then(|()| points.missing().map_or(Ok(()), Err))
         .and_then(|()| tracer.load_unwind_guard().map_err(|e| format!("{e:#}")));
     match ready {
-        Ok(()) => Some(Guard { points }),
+        Ok(GuardWrites::Kernel) => Some(Guard { points }),
+        Ok(GuardWrites::Wprof(why)) => {
+            eprintln!(
+                "wprof: the kernel refuses the unwind guard's writes to the traced threads' \
+                 stacks ({why}): wprof makes them, and a thread that starts an exception or \
+                 panic through a guarded call waits for it (~0.1 ms)"
+            );
+            Some(Guard { points })
+        }
         Err(why) => {
             fall_back(phases, &why);
             None

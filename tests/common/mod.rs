@@ -328,3 +328,21 @@ pub fn count_anywhere(run: &serde_json::Value, name: &str) -> u64 {
         .map(|r| walk(r, name))
         .sum()
 }
+
+/// The return mode C++ and Rust phases get by default on this host: `guarded` where `wprof
+/// doctor` says the unwind guard loads (its BPF programs writing the stacks, or wprof writing
+/// them for it under lockdown), else `ret-sites`.
+pub fn cxx_default_return_mode() -> &'static str {
+    let o = run(wprof().args(["doctor", "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}\n{}", text(&o)));
+    let guard = v["checks"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["name"] == "unwind guard"))
+        .unwrap_or_else(|| panic!("doctor has no unwind guard check: {v}"));
+    if guard["verdict"] == "ok" {
+        "guarded"
+    } else {
+        "ret-sites"
+    }
+}

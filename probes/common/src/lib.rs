@@ -170,6 +170,54 @@ pub const FRAME_URETPROBE: u32 = 1;
 /// return address back in its slot (so the unwinder can read it); the catch re-arms it.
 pub const FRAME_DISARMED: u32 = 2;
 
+/// `Frame::uretprobe` bit: the unwind guard queued a write of this frame's return slot for
+/// wprof to make (where the kernel refuses BPF's writes); cleared when the request goes.
+pub const FRAME_ASK: u32 = 4;
+
+/// Return slots one request of the unwind guard carries at most: a thread's open frames.
+pub const GUARD_SLOTS: usize = MAX_DEPTH;
+
+/// One return-address slot the unwind guard asks wprof to write: `value` over `expect`, and
+/// nothing if the slot holds anything else.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct GuardSlot {
+    /// Address of the slot in the thread's stack.
+    pub addr: u64,
+    /// What the slot must hold for the write to happen.
+    pub expect: u64,
+    /// What to write.
+    pub value: u64,
+}
+
+/// Where the kernel refuses BPF writes to user memory (lockdown), the unwind guard's programs
+/// ask wprof to write the slots instead, and the thread waits in the program until wprof says
+/// it did ([`GuardDone`]).
+#[repr(C)]
+#[derive(Copy, Clone, Debug)]
+pub struct GuardAsk {
+    /// The asking thread (tgid << 32 | tid): its process's memory is written.
+    pub key: u64,
+    /// The request's id, echoed in [`GuardDone`].
+    pub id: u64,
+    /// Valid entries of `slots`.
+    pub n: u32,
+    /// 1 for a catch's re-arming, 0 for an unwind's disarming (for wprof's counts).
+    pub rearm: u32,
+    /// The slots to write.
+    pub slots: [GuardSlot; GUARD_SLOTS],
+}
+
+/// wprof's answer to a [`GuardAsk`], in `GUARD_DONE` under the thread's key.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct GuardDone {
+    /// The id of the request answered.
+    pub id: u64,
+    /// Slots written.
+    pub written: u64,
+}
+
 /// Bit 46 of a cookie: an exit site of `runtime.stopTheWorldWithSema`: the Go world (every
 /// goroutine of the process) is stopped from here.
 pub const COOKIE_STW_STOP_BIT: u64 = 1 << 46;
@@ -438,8 +486,11 @@ pub mod counter {
     pub const UNWIND_FOREIGN: u32 = 12;
     /// Unwind guard: exceptions or panics (unwinder entries) seen on threads with open phases.
     pub const UNWINDS: u32 = 13;
+    /// Unwind guard written by wprof ([`super::GuardAsk`]): requests wprof did not answer in
+    /// time, so the unwind went on with the slots as they were.
+    pub const UNWIND_LATE: u32 = 14;
     /// Number of counters.
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 15;
 }
 
 /// Per-node counters kept in BPF: what could not be reported as a span for that node.
@@ -578,6 +629,10 @@ mod pod {
     unsafe impl aya::Pod for super::PhaseCost {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::UsdtSite {}
+    // SAFETY: repr(C), integers only.
+    unsafe impl aya::Pod for super::GuardDone {}
+    // SAFETY: repr(C), integers only.
+    unsafe impl aya::Pod for super::GuardAsk {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::NodeSummary {}
     // SAFETY: as above.

@@ -37,9 +37,13 @@ pub mod map {
     pub const HIST_BUCKETS: &str = "HIST_BUCKETS";
     /// How each USDT start site reads its arguments.
     pub const USDT_SITES: &str = "USDT_SITES";
+    /// The unwind guard's requests to wprof to write return slots (the kernel refusing).
+    pub const GUARD_ASKS: &str = "GUARD_ASKS";
+    /// wprof's answers to them, by thread.
+    pub const GUARD_DONE: &str = "GUARD_DONE";
 
     /// Every map above.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 17] = [
         EVENTS,
         STACKS,
         COUNTERS,
@@ -55,6 +59,8 @@ pub mod map {
         NODE_SUMMARIES,
         HIST_BUCKETS,
         USDT_SITES,
+        GUARD_ASKS,
+        GUARD_DONE,
     ];
 }
 
@@ -100,9 +106,17 @@ pub mod program {
     pub const MULTI_UNWIND: &str = "wprof_m_unwind";
     /// [`CATCH`] for uprobe_multi links.
     pub const MULTI_CATCH: &str = "wprof_m_catch";
+    /// [`UNWIND`] asking wprof to write the slots (the kernel refuses BPF's writes).
+    pub const UNWIND_ASK: &str = "wprof_unwind_ask";
+    /// [`CATCH`] asking wprof to write the slots.
+    pub const CATCH_ASK: &str = "wprof_catch_ask";
+    /// [`UNWIND_ASK`] for uprobe_multi links.
+    pub const MULTI_UNWIND_ASK: &str = "wprof_m_unwind_ask";
+    /// [`CATCH_ASK`] for uprobe_multi links.
+    pub const MULTI_CATCH_ASK: &str = "wprof_m_catch_ask";
 
     /// Every program of the object.
-    pub const ALL: [&str; 20] = [
+    pub const ALL: [&str; 24] = [
         ENTRY,
         RET_SITE,
         URETPROBE,
@@ -123,5 +137,9 @@ pub mod program {
         CATCH,
         MULTI_UNWIND,
         MULTI_CATCH,
+        UNWIND_ASK,
+        CATCH_ASK,
+        MULTI_UNWIND_ASK,
+        MULTI_CATCH_ASK,
     ];
 }

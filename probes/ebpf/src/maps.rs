@@ -41,9 +41,15 @@ pub(crate) static PHASE_COSTS: Array<PhaseCost> = Array::with_max_entries(MAX_PH
 /// Adds one to global counter `index` (`wprof_common::counter`).
 #[inline(always)]
 pub(crate) fn bump(index: u32) {
+    bump_by(index, 1);
+}
+
+/// Adds `n` to global counter `index`.
+#[inline(always)]
+pub(crate) fn bump_by(index: u32, n: u64) {
     if let Some(c) = COUNTERS.get_ptr_mut(index) {
         // SAFETY: per-CPU value, no other writer on this CPU while we run.
-        unsafe { *c += 1 };
+        unsafe { *c += n };
     }
 }
 

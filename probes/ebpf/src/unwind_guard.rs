@@ -18,20 +18,37 @@
 //! address of a frame this guard disarmed. A slot holding anything else is left alone and
 //! counted (`UNWIND_FOREIGN`). The programs are sleepable: the trampoline's page may have to
 //! be faulted in to be recognised.
+//!
+//! Where the kernel refuses BPF's writes to user memory (lockdown), the `_ask` programs do the
+//! same with one difference: they send the writes to wprof (`GUARD_ASKS`), which makes them
+//! with `process_vm_writev` under the same checks, and the thread waits in the program until
+//! wprof answers (`GUARD_DONE`), so the unwinder only starts once the slots are written. The
+//! wait gives its CPU up while it lasts (see [`wait_step`]) and ends after [`ASK_DEADLINE_NS`]
+//! at most (`UNWIND_LATE`: the unwind then goes on as it would have without the guard).
 
 use core::ffi::c_void;
 
 use aya_ebpf::{
+    bindings::BPF_RB_FORCE_WAKEUP,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_probe_read_user, bpf_probe_write_user,
-        generated::bpf_copy_from_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user, bpf_probe_write_user,
+        generated::{
+            bpf_copy_from_user, bpf_copy_from_user_task, bpf_get_current_task_btf, bpf_loop,
+        },
     },
-    macros::uprobe,
+    macros::{map, uprobe},
+    maps::{LruHashMap, RingBuf},
     programs::ProbeContext,
 };
-use wprof_common::{counter, ThreadStack, FRAME_DISARMED, FRAME_URETPROBE, MAX_DEPTH};
+use wprof_common::{
+    counter, GuardAsk, GuardDone, ThreadStack, FRAME_ASK, FRAME_DISARMED, FRAME_URETPROBE,
+    GUARD_SLOTS, MAX_DEPTH,
+};
 
-use crate::maps::{bump, count_abandoned};
+// A request's slots are indexed like a thread's frames (`slot`).
+const _: () = assert!(GUARD_SLOTS == MAX_DEPTH);
+
+use crate::maps::{bump, bump_by, count_abandoned};
 use crate::scope::in_scope;
 use crate::stack::{abandon_below, slot, STACKS};
 
@@ -45,31 +62,71 @@ const TRAMPOLINE_SYSCALL: [u8; 4] = [0x50, 0x51, 0x41, 0x53];
 /// The older trampoline (and the one used with shadow stacks): a lone `int3`.
 const TRAMPOLINE_INT3: u8 = 0xcc;
 
+/// The `_ask` programs' requests to wprof (a few KB each; unwinds are rare and short).
+#[map]
+static GUARD_ASKS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
+
+/// wprof's answers, by thread key (least recently used threads make room).
+#[map]
+static GUARD_DONE: LruHashMap<u64, GuardDone> = LruHashMap::with_max_entries(8192, 0);
+
+/// How long a thread waits for wprof's answer at most: past it the unwind goes on (and an
+/// armed frame on its way terminates the program, as it would without the guard).
+const ASK_DEADLINE_NS: u64 = 500_000_000;
+
 /// An unwinder entry: put back the original return address of every open uretprobe frame.
 #[uprobe(sleepable)]
 pub fn wprof_unwind(ctx: ProbeContext) -> u32 {
-    disarm(sp_of(&ctx));
+    disarm::<false>(sp_of(&ctx));
     0
 }
 
 /// An unwinder entry (uprobe_multi link).
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_unwind(ctx: ProbeContext) -> u32 {
-    disarm(sp_of(&ctx));
+    disarm::<false>(sp_of(&ctx));
     0
 }
 
 /// A catch: close the frames the unwind skipped, re-arm the live ones.
 #[uprobe(sleepable)]
 pub fn wprof_catch(ctx: ProbeContext) -> u32 {
-    rearm(sp_of(&ctx));
+    rearm::<false>(sp_of(&ctx));
     0
 }
 
 /// A catch (uprobe_multi link).
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_catch(ctx: ProbeContext) -> u32 {
-    rearm(sp_of(&ctx));
+    rearm::<false>(sp_of(&ctx));
+    0
+}
+
+/// [`wprof_unwind`], the writes made by wprof.
+#[uprobe(sleepable)]
+pub fn wprof_unwind_ask(ctx: ProbeContext) -> u32 {
+    disarm::<true>(sp_of(&ctx));
+    0
+}
+
+/// [`wprof_m_unwind`], the writes made by wprof.
+#[uprobe(multi, sleepable)]
+pub fn wprof_m_unwind_ask(ctx: ProbeContext) -> u32 {
+    disarm::<true>(sp_of(&ctx));
+    0
+}
+
+/// [`wprof_catch`], the writes made by wprof.
+#[uprobe(sleepable)]
+pub fn wprof_catch_ask(ctx: ProbeContext) -> u32 {
+    rearm::<true>(sp_of(&ctx));
+    0
+}
+
+/// [`wprof_m_catch`], the writes made by wprof.
+#[uprobe(multi, sleepable)]
+pub fn wprof_m_catch_ask(ctx: ProbeContext) -> u32 {
+    rearm::<true>(sp_of(&ctx));
     0
 }
 
@@ -119,10 +176,183 @@ fn is_trampoline(st: &mut ThreadStack, v: u64) -> bool {
     false
 }
 
+/// Where the guard's writes go: straight into the thread's stack (`bpf_probe_write_user`), or,
+/// with `ASK`, marked on the frames ([`FRAME_ASK`]) and sent to wprof once all are known
+/// ([`Writes::finish`]), the thread waiting for its answer. The request is reserved in the
+/// ring only then: a record reserved before a program sleeps (a page fault in
+/// [`is_trampoline`]) would hold up every request behind it.
+/// (A count of its own would multiply the verifier's states: each write bumps the counter
+/// instead, and `marked` is only set.)
+struct Writes<const ASK: bool> {
+    /// The counter a slot written adds to.
+    counter: u32,
+    /// Whether a frame was marked (with `ASK`).
+    marked: bool,
+}
+
+impl<const ASK: bool> Writes<ASK> {
+    #[inline(always)]
+    fn new(counter: u32) -> Self {
+        Writes {
+            counter,
+            marked: false,
+        }
+    }
+
+    /// Writes `value` in frame `k`'s return slot (the caller checked what it holds): done now,
+    /// or marked for wprof. Whether it was (or is to be) written.
+    #[inline(always)]
+    fn write(&mut self, st: &mut ThreadStack, k: usize, value: u64) -> bool {
+        if ASK {
+            st.frames[k].uretprobe |= FRAME_ASK;
+            self.marked = true;
+            return true;
+        }
+        let addr = st.frames[k].sp;
+        // SAFETY: writes one of the guard's two values over the other in a frame's return
+        // slot (see the module's doc).
+        let ok = unsafe { bpf_probe_write_user(addr as *mut u64, &value) }.is_ok();
+        if ok {
+            bump(self.counter);
+        }
+        ok
+    }
+
+    /// With `ASK`, sends the marked frames' slots to wprof (the trampoline over the return
+    /// address with `rearm`, the other way round without) and waits for its answer, adding
+    /// the slots it wrote to the counter; `UNWIND_LATE` when the answer did not come in time
+    /// or the request could not be made.
+    #[inline(always)]
+    fn finish(self, st: &mut ThreadStack, key: u64, sp: u64, rearm: bool) {
+        if !ASK || !self.marked {
+            return;
+        }
+        let len = st.len as usize;
+        let tramp = st.tramp;
+        let Some(mut entry) = GUARD_ASKS.reserve::<GuardAsk>(0) else {
+            clear_marks(st);
+            bump(counter::UNWIND_LATE);
+            return;
+        };
+        // SAFETY: plain helper call.
+        let id = unsafe { bpf_ktime_get_ns() };
+        // SAFETY: fills the reserved record; no helper that may sleep runs until it is sent.
+        unsafe {
+            let a = entry.as_mut_ptr();
+            (*a).key = key;
+            (*a).id = id;
+            (*a).n = len.min(GUARD_SLOTS) as u32;
+            (*a).rearm = rearm as u32;
+            for i in 0..MAX_DEPTH {
+                if i >= len {
+                    break;
+                }
+                let k = slot(i);
+                let f = st.frames[k];
+                let s = &mut (*a).slots[k];
+                if f.uretprobe & FRAME_ASK == 0 {
+                    s.addr = 0;
+                    continue;
+                }
+                st.frames[k].uretprobe &= !FRAME_ASK;
+                s.addr = f.sp;
+                (s.expect, s.value) = if rearm {
+                    (f.ret_addr, tramp)
+                } else {
+                    (tramp, f.ret_addr)
+                };
+            }
+        }
+        entry.submit(BPF_RB_FORCE_WAKEUP as u64);
+        let mut w = Wait {
+            key,
+            id,
+            sp,
+            // SAFETY: plain helper call.
+            deadline: unsafe { bpf_ktime_get_ns() } + ASK_DEADLINE_NS,
+            written: 0,
+            done: 0,
+        };
+        // SAFETY: `wait_step` is a static function of this object taking the context given.
+        unsafe {
+            bpf_loop(
+                1 << 23,
+                wait_step as *mut c_void,
+                (&mut w as *mut Wait).cast(),
+                0,
+            )
+        };
+        if w.done == 0 {
+            bump(counter::UNWIND_LATE);
+            return;
+        }
+        bump_by(self.counter, w.written);
+    }
+}
+
+/// Clears the frames' [`FRAME_ASK`] marks (a request that could not be sent).
+#[inline(always)]
+fn clear_marks(st: &mut ThreadStack) {
+    for i in 0..MAX_DEPTH {
+        if i >= st.len as usize {
+            break;
+        }
+        st.frames[slot(i)].uretprobe &= !FRAME_ASK;
+    }
+}
+
+/// What [`wait_step`] waits for.
+#[repr(C)]
+struct Wait {
+    key: u64,
+    id: u64,
+    /// The thread's stack pointer: a mapped address of its own.
+    sp: u64,
+    deadline: u64,
+    written: u64,
+    done: u64,
+}
+
+/// One step of the wait for wprof's answer (a `bpf_loop` callback): 1 once it came or the
+/// deadline passed. A busy-wait would hold the CPU on a kernel without preemption (wprof
+/// could then never run on it), so each step also reads 8 bytes of the thread's own memory
+/// through `bpf_copy_from_user_task`: its page walk offers the CPU to whichever task waits
+/// for it (`cond_resched`).
+#[inline(never)]
+extern "C" fn wait_step(_index: u32, ctx: *mut c_void) -> i64 {
+    // SAFETY: `ctx` is the `Wait` `finish` passed to bpf_loop.
+    let w = unsafe { &mut *ctx.cast::<Wait>() };
+    // SAFETY: a lookup in a map of plain values.
+    if let Some(d) = unsafe { GUARD_DONE.get(&w.key) } {
+        if d.id == w.id {
+            w.written = d.written;
+            w.done = 1;
+            return 1;
+        }
+    }
+    // SAFETY: plain helper call.
+    if unsafe { bpf_ktime_get_ns() } >= w.deadline {
+        return 1;
+    }
+    let mut byte = 0u8;
+    // SAFETY: copies one byte of the current task's own stack into `byte` (an address
+    // unmapped would fail before the page walk that offers the CPU).
+    unsafe {
+        bpf_copy_from_user_task(
+            (&mut byte as *mut u8).cast(),
+            1,
+            w.sp as *const c_void,
+            bpf_get_current_task_btf(),
+            0,
+        )
+    };
+    0
+}
+
 /// Puts back the original return address of the open uretprobe frames above `sp` (the
 /// unwinder's own entry stack pointer: everything the unwind walks lies above it).
 #[inline(always)]
-fn disarm(sp: u64) {
+fn disarm<const ASK: bool>(sp: u64) {
     let Some(st) = thread_stack() else {
         return;
     };
@@ -133,6 +363,8 @@ fn disarm(sp: u64) {
     if len == 0 || len > MAX_DEPTH {
         return;
     }
+    let key = bpf_get_current_pid_tgid();
+    let mut writes = Writes::<ASK>::new(counter::UNWIND_DISARMED);
     // Innermost first: a phase tail-called from another shares its slot and recorded the
     // trampoline as its return address; the outer frame, met later, writes the real one.
     let mut i = len;
@@ -161,13 +393,11 @@ fn disarm(sp: u64) {
         if f.ret_addr == st.tramp {
             continue;
         }
-        // SAFETY: writes the frame's own return address over the trampoline the kernel put
-        // in its slot (checked just above).
-        if unsafe { bpf_probe_write_user(f.sp as *mut u64, &f.ret_addr) }.is_ok() {
+        if writes.write(st, k, f.ret_addr) {
             st.frames[k].uretprobe |= FRAME_DISARMED;
-            bump(counter::UNWIND_DISARMED);
         }
     }
+    writes.finish(st, key, sp, false);
 }
 
 /// At a catch whose entry stack pointer is `sp`: the frames the unwind skipped lie at or below
@@ -175,7 +405,7 @@ fn disarm(sp: u64) {
 /// called) and are closed as abandoned; a disarmed frame above it still runs and gets the
 /// trampoline back if its slot still holds its return address.
 #[inline(always)]
-fn rearm(sp: u64) {
+fn rearm<const ASK: bool>(sp: u64) {
     let Some(st) = thread_stack() else {
         return;
     };
@@ -208,6 +438,8 @@ fn rearm(sp: u64) {
         return;
     }
     let tramp = st.tramp;
+    let key = bpf_get_current_pid_tgid();
+    let mut writes = Writes::<ASK>::new(counter::UNWIND_REARMED);
     let mut i = len;
     for _ in 0..MAX_DEPTH {
         if i == 0 {
@@ -227,11 +459,10 @@ fn rearm(sp: u64) {
         if f.sp <= sp || v != f.ret_addr {
             continue;
         }
-        // SAFETY: writes the trampoline back over the return address this guard put there;
-        // the kernel still holds the frame's return instance (it drops one only when the
-        // stack pointer passes the frame).
-        if unsafe { bpf_probe_write_user(f.sp as *mut u64, &tramp) }.is_ok() {
-            bump(counter::UNWIND_REARMED);
-        }
+        // The kernel still holds the frame's return instance (it drops one only when the
+        // stack pointer passes the frame): the trampoline goes back over the return address
+        // this guard put there.
+        writes.write(st, k, tramp);
     }
+    writes.finish(st, key, sp, true);
 }

@@ -25,6 +25,7 @@ pub(super) fn add_counters(a: &mut Counters, b: &Counters) {
                 restored,
                 rearmed,
                 foreign,
+                late,
             },
     } = *b;
     a.events += events;
@@ -41,6 +42,7 @@ pub(super) fn add_counters(a: &mut Counters, b: &Counters) {
     a.unwind.restored += restored;
     a.unwind.rearmed += rearmed;
     a.unwind.foreign += foreign;
+    a.unwind.late += late;
 }
 
 /// Adds the phases of another run (same phases, same order: checked before) to `a`: hits and
