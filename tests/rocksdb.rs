@@ -104,9 +104,21 @@ fn check_writes(what: &str, untraced: &str, traced: &str, run: &serde_json::Valu
         us(corrected, "p50_ns"),
         us(corrected, "p99_ns"),
     );
+    // wprof's interval also holds the part of write_impl's own probes that falls inside the
+    // call (the entry trap's way back, the return trap's way in), which RocksDB's StopWatch,
+    // started inside, does not: the calibration's `own_ns`, under 1 µs; against a ~4 µs write
+    // traced with uretprobes (~16 µs with every probe inside) that is more than 5%.
+    let inside = run["probe_cost"]["calibration"]["classes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["own_ns"].as_f64())
+        .fold(0.0f64, f64::max)
+        / 1e3;
     assert!(
-        (raw_mean - own_mean).abs() <= 0.05 * own_mean,
-        "{what}: raw mean {raw_mean:.2} µs vs RocksDB's {own_mean:.2} µs"
+        (raw_mean - own_mean).abs() <= 0.05 * own_mean + inside,
+        "{what}: raw mean {raw_mean:.2} µs vs RocksDB's {own_mean:.2} µs (+ {inside:.2} µs of \
+         the root's own probes)"
     );
     assert!(
         (raw_p50 - own["P50"]).abs() <= 0.20 * own["P50"],
