@@ -66,13 +66,24 @@ fn assert_unharmed(t: &Traced, line: &str, mode: &str) {
         "untraced: {}",
         text(a)
     );
-    assert!(out.contains(line), "traced: {}", text(b));
+    assert!(
+        out.contains(line),
+        "traced, expecting {line:?}: {}\ncounters: {}",
+        text(b),
+        t.run["counters"]
+    );
     // `record` exits with the command's status, 128 + N for a signal, as a shell does.
     let status = |o: &Output| {
         use std::os::unix::process::ExitStatusExt;
         o.status.code().or(o.status.signal().map(|s| 128 + s))
     };
-    assert_eq!(status(b), status(a), "traced: {}", text(b));
+    assert_eq!(
+        status(b),
+        status(a),
+        "traced: {}\ncounters: {}",
+        text(b),
+        t.run["counters"]
+    );
     for p in t.run["phases"].as_array().expect("phases") {
         assert_eq!(p["return_mode"], mode, "{}", summary(&t.run));
     }

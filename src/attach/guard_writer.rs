@@ -20,6 +20,13 @@ use wprof_common::{GuardAsk, GuardDone, GuardSlot, GUARD_SLOTS};
 /// How long the thread sleeps in `poll` between looks at whether it should stop.
 const POLL: Duration = Duration::from_millis(20);
 
+/// A request older than this is not carried out: its thread stops waiting after
+/// `ASK_DEADLINE_NS` (2 s, probes/ebpf/src/unwind_guard.rs) and goes on, and a slot written
+/// after that could belong to a new call by then (the trampoline written into a frame the
+/// kernel holds no return instance for would kill the program). Half the deadline, so a write
+/// started before it ends well before the thread gives up.
+const STALE: Duration = Duration::from_secs(1);
+
 /// The running writer.
 pub(super) struct GuardWriter {
     stop: Arc<AtomicBool>,
@@ -75,7 +82,7 @@ fn serve(
             let ask: GuardAsk = unsafe { std::ptr::read_unaligned(item.as_ptr().cast()) };
             drop(item);
             let n = (ask.n as usize).min(GUARD_SLOTS);
-            let written = write_slots((ask.key >> 32) as i32, &ask.slots[..n]);
+            let written = write_slots((ask.key >> 32) as i32, &ask.slots[..n], ask.id);
             let answer = GuardDone {
                 id: ask.id,
                 written,
@@ -98,15 +105,30 @@ fn serve(
 }
 
 /// Writes each slot's value into process `pid` where the slot still holds what the program
-/// found there; the number written.
-fn write_slots(pid: i32, slots: &[GuardSlot]) -> u64 {
+/// found there, unless the request (made at `asked`, CLOCK_MONOTONIC ns, as BPF's clock) is
+/// [`STALE`]; the number written.
+fn write_slots(pid: i32, slots: &[GuardSlot], asked: u64) -> u64 {
     let mut written = 0;
     for s in slots.iter().filter(|s| s.addr != 0) {
+        if monotonic_ns().saturating_sub(asked) > STALE.as_nanos() as u64 {
+            break;
+        }
         if read_u64(pid, s.addr) == Some(s.expect) && write_u64(pid, s.addr, s.value) {
             written += 1;
         }
     }
     written
+}
+
+/// CLOCK_MONOTONIC now, ns (the clock of `bpf_ktime_get_ns`).
+fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime fills the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn read_u64(pid: i32, addr: u64) -> Option<u64> {

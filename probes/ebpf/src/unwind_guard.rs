@@ -71,8 +71,9 @@ static GUARD_ASKS: RingBuf = RingBuf::with_byte_size(256 * 1024, 0);
 static GUARD_DONE: LruHashMap<u64, GuardDone> = LruHashMap::with_max_entries(8192, 0);
 
 /// How long a thread waits for wprof's answer at most: past it the unwind goes on (and an
-/// armed frame on its way terminates the program, as it would without the guard).
-const ASK_DEADLINE_NS: u64 = 500_000_000;
+/// armed frame on its way terminates the program, as it would without the guard). wprof
+/// carries out no request older than half of it (src/attach/guard_writer.rs).
+const ASK_DEADLINE_NS: u64 = 2_000_000_000;
 
 /// An unwinder entry: put back the original return address of every open uretprobe frame.
 #[uprobe(sleepable)]
