@@ -1,6 +1,8 @@
-//! `--in-situ`: light epochs with only the roots' probes live measure what the descendants'
-//! probes really cost the roots, and the correction is scaled to it. Ground truth: the C
-//! fixture's own mean write time, untraced, in the same test. Privileged: real probes.
+//! `--in-situ`: light epochs with the probes live only down to one level of the tree (the
+//! roots, then their children, in turn) measure what each parent's descendants' probes really
+//! cost it, and the correction is scaled to it. Ground truth: the C fixture's own mean write
+//! time, untraced, in the same test, and its commanded phase times (spins exact to the clock).
+//! Privileged: real probes.
 
 mod common;
 
@@ -47,9 +49,10 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
         .find(|c| c["name"] == "write_record")
         .unwrap_or_else(|| panic!("no check of write_record: {checks:?}"));
     let root = node(&run, &["write_record"]);
-    // Every write is counted once: in the tree, or as a light-epoch call.
-    assert_eq!(u(root, "count") + u(c, "light_calls"), n, "{c}");
+    // Every write is counted once: in the tree, or kept out as a light-epoch call.
+    assert_eq!(u(root, "count") + u(c, "kept_out"), n, "{c}");
     assert!(u(c, "light_calls") >= 1000, "{c}");
+    assert!(u(c, "kept_out") >= u(c, "light_calls"), "{c}");
     for k in ["unmatched_returns", "abandoned"] {
         assert_eq!(u(&run["counters"], k), 0, "{k}: {}", summary(&run));
     }
@@ -65,8 +68,41 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
             "{what} {v:.0} ns against {truth:.0} ns untraced: {c}"
         );
     }
+    // The parents under the root get checks of their own, from the epochs cut at their level:
+    // wal_append (1 µs + wal_sync's 4) and persist_block (1 + compress's 1 + flush's 2),
+    // corrected against the commanded times (their own probes and the calls' cost still in:
+    // 15% or 0.6 µs, whichever is larger).
+    for (path, commanded) in [
+        ("write_record/wal_append", 5_000.0),
+        ("write_record/persist_block", 4_000.0),
+    ] {
+        let c = checks
+            .iter()
+            .find(|c| {
+                c["path"].as_array().map(|p| {
+                    p.iter()
+                        .map(|s| s.as_str().unwrap_or(""))
+                        .collect::<Vec<_>>()
+                        .join("/")
+                }) == Some(path.to_string())
+            })
+            .unwrap_or_else(|| panic!("no check of {path}: {checks:?}"));
+        assert!(u(c, "light_calls") >= 300, "{c}");
+        let parts: Vec<&str> = path.split('/').collect();
+        let mean = node(&run, &parts)["corrected"]["mean_ns"]
+            .as_f64()
+            .expect("corrected mean");
+        assert!(
+            (mean - commanded).abs() <= (commanded * 0.15).max(600.0),
+            "{path}: corrected {mean:.0} ns against {commanded:.0} ns commanded: {c}"
+        );
+    }
     let report = report_text(&json);
     assert!(report.contains("in-situ check: write_record:"), "{report}");
+    assert!(
+        report.contains("in-situ check: write_record/wal_append:"),
+        "{report}"
+    );
 }
 
 #[test]

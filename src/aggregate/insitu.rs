@@ -1,115 +1,217 @@
-//! The in-situ check (`--in-situ`): how much the probes of a root's descendants cost inside the
-//! real calls, against what the calibration (empty functions, another process) said.
+//! The in-situ check (`--in-situ`): how much the probes of a node's descendants cost inside
+//! the real calls, against what the calibration (empty functions, another process) said.
 //!
-//! During short "light" epochs only the roots' probes are live. A root call that began in
-//! one runs with no descendant probe, so (once its own probe's share inside its window is
-//! taken out) its mean is the root's time without them. In the full epochs the same root's
+//! During short "light" epochs the probes are live only down to one depth of the tree (a
+//! [`Cut`]: the roots, then the roots' children, and so on in turn). A call at the cut that
+//! began in one runs with no descendant probe, so (once its own probe's share inside its window
+//! is taken out) its mean is the node's time without them. In the full epochs the same node's
 //! raw mean minus its own probe share minus the light mean is what the descendants' probes
 //! really added per call; the calibration's figure for it is the descendant probe time the
-//! correction took out. Their ratio scales that correction, node by node, under the root.
+//! correction took out. Their ratio scales that correction at the node, and under it down to
+//! the next node with a check of its own.
 //!
-//! In: root spans tagged by epoch (the session says when each light epoch began and ended).
-//! Out: per root phase an [`InSituCheck`], applied to the tree by [`apply`].
+//! In: spans tagged by epoch (the session says when each light epoch began and ended, and its
+//! cut). Out: per parent node an [`InSituCheck`], applied to the tree by [`apply`].
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use wprof_common::Event;
 
+use super::insitu_cuts::Cut;
 use crate::model::{new_histogram, InSituCheck, LatencyHistogram, PhaseTree, TreeNode};
 
-/// Light-epoch calls of a root phase needed before the check says anything.
+/// Light-epoch calls of a node needed before the check says anything.
 pub const MIN_LIGHT_CALLS: u64 = 30;
 
-/// The light epochs of a run and the root calls that began in them.
-#[derive(Debug, Default)]
-pub struct LightEpochs {
-    /// Closed epochs, [start, end) in CLOCK_MONOTONIC ns, in order.
-    windows: Vec<(u64, u64)>,
-    /// The epoch going on, from this time.
-    open: Option<u64>,
-    /// Per root phase: the calls that began in a light epoch.
-    calls: HashMap<u32, LightCalls>,
+/// One light epoch: [start, end) in CLOCK_MONOTONIC ns (end `u64::MAX` while it lasts), its
+/// cut's depth and the phases whose calls at that depth are clean.
+#[derive(Debug, Clone)]
+struct Window {
+    start: u64,
+    end: u64,
+    depth: u32,
+    clean: Vec<u32>,
 }
 
-/// Root calls made with no descendant probe live.
+/// The light epochs of a run and the calls that began in them, by tree node.
+#[derive(Debug, Default)]
+pub struct LightEpochs {
+    /// In order; the last one may still be open.
+    windows: Vec<Window>,
+    /// Per node: its calls made with no descendant probe live.
+    clean: HashMap<u64, LightCalls>,
+    /// Per node: its calls that began in a light epoch and are kept out of the tree.
+    kept_out: HashMap<u64, u64>,
+}
+
+/// Calls made with no descendant probe live.
 #[derive(Debug, Clone)]
 pub struct LightCalls {
     /// Calls.
     pub count: u64,
-    /// Their durations with the root's own probe share taken out, ns.
+    /// Their durations with the node's own probe share taken out, ns.
     pub hist: LatencyHistogram,
     /// Sum of those durations, ns.
     pub total_ns: u64,
 }
 
-impl LightEpochs {
-    /// A light epoch begins (`at`: CLOCK_MONOTONIC ns, after the descendants' probes came off).
-    pub fn begin(&mut self, at: u64) {
-        self.open = Some(at);
-    }
-
-    /// The light epoch ends (before the descendants' probes go back).
-    pub fn end(&mut self, at: u64) {
-        if let Some(start) = self.open.take() {
-            self.windows.push((start, at));
-        }
-    }
-
-    /// Whether a call that began at `start_ns` began in a light epoch.
-    pub fn contains(&self, start_ns: u64) -> bool {
-        if self.open.is_some_and(|s| start_ns >= s) {
-            return true;
-        }
-        let i = self.windows.partition_point(|(s, _)| *s <= start_ns);
-        i > 0 && start_ns < self.windows[i - 1].1
-    }
-
-    /// Adds a root call that began in a light epoch; `own_ns` is its phase's probe share
-    /// inside its own window.
-    pub fn add(&mut self, ev: &Event, own_ns: u64) {
-        let d = ev.dur_ns.saturating_sub(own_ns).max(1);
-        let c = self.calls.entry(ev.phase).or_insert_with(|| LightCalls {
+impl LightCalls {
+    fn new() -> LightCalls {
+        LightCalls {
             count: 0,
             hist: new_histogram(),
             total_ns: 0,
-        });
-        c.count += 1;
-        c.total_ns += d;
-        c.hist.saturating_record(d);
+        }
     }
 
-    /// Light epochs so far (closed ones).
+    fn merge(&mut self, other: &LightCalls) {
+        self.count += other.count;
+        self.total_ns += other.total_ns;
+        // Same bounds on both sides: adding cannot fail but for a saturated count.
+        let _ = self.hist.add(&other.hist);
+    }
+}
+
+/// The light epochs' calls by tree path (the phase ids from the root down), once the run
+/// ended: what [`check`] and [`apply`] read.
+#[derive(Debug, Default)]
+pub struct LightPaths {
+    /// Per path: the calls measured with no descendant probe live.
+    pub clean: HashMap<Vec<u32>, LightCalls>,
+    /// Per path: the calls that began in a light epoch and are not in the tree.
+    pub kept_out: HashMap<Vec<u32>, u64>,
+}
+
+impl LightEpochs {
+    /// A light epoch begins (`at`: CLOCK_MONOTONIC ns, after `cut`'s probes came off).
+    pub fn begin(&mut self, at: u64, cut: &Cut) {
+        self.end(at);
+        self.windows.push(Window {
+            start: at,
+            end: u64::MAX,
+            depth: cut.depth,
+            clean: cut.clean.clone(),
+        });
+    }
+
+    /// Probes are coming off or going back from `at`: until the next epoch begins (or
+    /// [`LightEpochs::end`]), every call is kept out of the tree (its descendants' probes
+    /// partly live, partly not: neither a full call nor a light one).
+    pub fn begin_transition(&mut self, at: u64) {
+        self.end(at);
+        self.windows.push(Window {
+            start: at,
+            end: u64::MAX,
+            depth: u32::MAX,
+            clean: Vec::new(),
+        });
+    }
+
+    /// The light epoch (or transition) ends.
+    pub fn end(&mut self, at: u64) {
+        if let Some(w) = self.windows.last_mut().filter(|w| w.end == u64::MAX) {
+            w.end = at;
+        }
+    }
+
+    fn window_of(&self, start_ns: u64) -> Option<&Window> {
+        let i = self.windows.partition_point(|w| w.start <= start_ns);
+        let w = self.windows.get(i.checked_sub(1)?)?;
+        (start_ns < w.end).then_some(w)
+    }
+
+    /// Takes a span that began in a light epoch at or above its cut out of the tree (a call
+    /// at the cut whose phase is clean there is kept as a light call, its phase's probe share
+    /// inside its own window, `own_ns`, taken out); false for any other span, which goes to
+    /// the tree.
+    pub fn take(&mut self, ev: &Event, own_ns: u64) -> bool {
+        let Some(w) = self.window_of(ev.start_ns) else {
+            return false;
+        };
+        if ev.depth > w.depth {
+            return false;
+        }
+        if ev.depth == w.depth && w.clean.contains(&ev.phase) {
+            let d = ev.dur_ns.saturating_sub(own_ns).max(1);
+            let c = self.clean.entry(ev.node).or_insert_with(LightCalls::new);
+            c.count += 1;
+            c.total_ns += d;
+            c.hist.saturating_record(d);
+        }
+        *self.kept_out.entry(ev.node).or_default() += 1;
+        true
+    }
+
+    /// Light epochs so far.
     pub fn epochs(&self) -> usize {
         self.windows.len()
     }
 
-    /// The light calls per root phase.
-    pub fn calls(&self) -> &HashMap<u32, LightCalls> {
-        &self.calls
+    /// The calls by path; `path_of` gives a node's phase ids from its root (None for a node
+    /// never defined: its calls are dropped).
+    pub fn into_paths(self, path_of: impl Fn(u64) -> Option<Vec<u32>>) -> LightPaths {
+        let mut out = LightPaths::default();
+        for (node, calls) in &self.clean {
+            if let Some(p) = path_of(*node) {
+                out.clean
+                    .entry(p)
+                    .or_insert_with(LightCalls::new)
+                    .merge(calls);
+            }
+        }
+        for (node, n) in &self.kept_out {
+            if let Some(p) = path_of(*node) {
+                *out.kept_out.entry(p).or_default() += n;
+            }
+        }
+        out
     }
 }
 
-/// The check for each root phase with enough light calls: `own_ns[phase]` is each phase's
+/// The tree's nodes with probed children, by path of phase ids (group_by siblings together).
+fn parents(tree: &PhaseTree) -> BTreeMap<Vec<u32>, Vec<&TreeNode>> {
+    fn walk<'a>(
+        n: &'a TreeNode,
+        path: &mut Vec<u32>,
+        out: &mut BTreeMap<Vec<u32>, Vec<&'a TreeNode>>,
+    ) {
+        path.push(n.phase);
+        if n.children.iter().any(|c| c.sampled.is_none()) {
+            out.entry(path.clone()).or_default().push(n);
+        }
+        for c in &n.children {
+            walk(c, path, out);
+        }
+        path.pop();
+    }
+    let mut out = BTreeMap::new();
+    for r in &tree.roots {
+        walk(r, &mut Vec::new(), &mut out);
+    }
+    out
+}
+
+/// The check for each parent node with enough light calls: `own_ns[phase]` is each phase's
 /// probe share inside its own window.
 pub fn check(
     tree: &PhaseTree,
-    light: &LightEpochs,
+    light: &LightPaths,
     own_ns: &[u64],
     names: &[String],
 ) -> Vec<InSituCheck> {
     let mut out = Vec::new();
-    let mut phases: Vec<&u32> = light.calls.keys().collect();
-    phases.sort();
-    for &phase in phases {
-        let l = &light.calls[&phase];
-        let roots: Vec<&TreeNode> = tree.roots.iter().filter(|r| r.phase == phase).collect();
-        let full_calls: u64 = roots.iter().map(|r| r.count).sum();
+    for (path, nodes) in parents(tree) {
+        let Some(l) = light.clean.get(&path) else {
+            continue;
+        };
+        let phase = *path.last().unwrap_or(&0);
+        let full_calls: u64 = nodes.iter().map(|r| r.count).sum();
         if l.count < MIN_LIGHT_CALLS || full_calls < MIN_LIGHT_CALLS {
             continue;
         }
         let own = own_ns.get(phase as usize).copied().unwrap_or(0) as f64;
-        let raw: u64 = roots.iter().map(|r| r.total_ns).sum();
-        let removed: u64 = roots
+        let raw: u64 = nodes.iter().map(|r| r.total_ns).sum();
+        let removed: u64 = nodes
             .iter()
             .map(|r| r.corrected.as_ref().map_or(0, |c| c.probe_ns))
             .sum();
@@ -118,17 +220,23 @@ pub fn check(
         let calibrated = (removed as f64 / n - own).max(0.0);
         let light_mean = l.total_ns as f64 / l.count as f64;
         let in_situ = full_mean - light_mean;
-        let sd_full = roots.iter().map(|r| r.hist.stdev()).fold(0.0, f64::max);
+        let sd_full = nodes.iter().map(|r| r.hist.stdev()).fold(0.0, f64::max);
         let error = (sd_full.powi(2) / n + l.hist.stdev().powi(2) / l.count as f64).sqrt();
-        let factor = if calibrated > 0.0 && (in_situ - calibrated).abs() > 2.0 * error {
-            (in_situ / calibrated).max(0.0)
-        } else {
-            1.0
-        };
+        // Light calls no faster than full ones say nothing of the probes (a population that
+        // changed between the epochs: a compaction's calls, say): no scaling then.
+        let factor =
+            if calibrated > 0.0 && in_situ > 0.0 && (in_situ - calibrated).abs() > 2.0 * error {
+                (in_situ / calibrated).max(0.0)
+            } else {
+                1.0
+            };
+        let name_of = |p: u32| names.get(p as usize).cloned().unwrap_or_default();
         out.push(InSituCheck {
             phase,
-            name: names.get(phase as usize).cloned().unwrap_or_default(),
+            name: name_of(phase),
+            path: path.iter().map(|&p| name_of(p)).collect(),
             light_calls: l.count,
+            kept_out: light.kept_out.get(&path).copied().unwrap_or(0),
             light_mean_ns: light_mean,
             full_calls,
             full_mean_ns: full_mean,
@@ -141,29 +249,65 @@ pub fn check(
     out
 }
 
-/// Scales the descendant part of every corrected node under the checked roots by its check's
-/// factor: a node's probe time taken out becomes its own probes' share plus `factor` × the
-/// rest, and self times follow. A checked root (one node of its phase) takes the light calls'
-/// distribution as its corrected histogram: the in-situ figure is a mean, and shifting every
-/// call by it would push the short ones below zero. Other nodes keep their histograms.
-pub fn apply(tree: &mut PhaseTree, checks: &[InSituCheck], own_ns: &[u64], light: &LightEpochs) {
-    for c in checks.iter().filter(|c| c.applied()) {
-        let single = tree.roots.iter().filter(|r| r.phase == c.phase).count() == 1;
-        for root in tree.roots.iter_mut().filter(|r| r.phase == c.phase) {
-            scale(root, c.factor, own_ns);
-            if let (true, Some(l), Some(corr)) =
-                (single, light.calls.get(&c.phase), root.corrected.as_mut())
-            {
-                corr.hist = l.hist.clone();
-            }
+/// Scales the descendant part of every corrected node by the factor of its own check, or of
+/// its nearest ancestor's: a node's probe time taken out becomes its own probes' share plus
+/// `factor` × the rest, and self times follow. A checked node that is alone on its path (no
+/// group_by siblings) takes the light calls' distribution as its corrected histogram: the
+/// in-situ figure is a mean, and shifting every call by it would push the short ones below
+/// zero. Other nodes keep their histograms.
+pub fn apply(tree: &mut PhaseTree, checks: &[InSituCheck], own_ns: &[u64], light: &LightPaths) {
+    if !checks.iter().any(InSituCheck::applied) {
+        return;
+    }
+    let counts: HashMap<Vec<u32>, usize> = parents(tree)
+        .into_iter()
+        .map(|(p, nodes)| (p, nodes.len()))
+        .collect();
+    let by_path: HashMap<&[String], &InSituCheck> =
+        checks.iter().map(|c| (c.path.as_slice(), c)).collect();
+    let ctx = Apply {
+        by_path,
+        counts,
+        own_ns,
+        light,
+    };
+    for root in &mut tree.roots {
+        ctx.node(root, &mut Vec::new(), &mut Vec::new(), 1.0);
+    }
+}
+
+struct Apply<'a> {
+    by_path: HashMap<&'a [String], &'a InSituCheck>,
+    counts: HashMap<Vec<u32>, usize>,
+    own_ns: &'a [u64],
+    light: &'a LightPaths,
+}
+
+impl Apply<'_> {
+    fn node(&self, n: &mut TreeNode, ids: &mut Vec<u32>, names: &mut Vec<String>, inherited: f64) {
+        ids.push(n.phase);
+        names.push(n.name.clone());
+        let check = self.by_path.get(names.as_slice()).copied();
+        let factor = check.map_or(inherited, |c| c.factor);
+        for c in &mut n.children {
+            self.node(c, ids, names, factor);
         }
+        scale(n, factor, self.own_ns);
+        let single = self.counts.get(ids.as_slice()) == Some(&1);
+        if let (Some(_), true, Some(l), Some(corr)) = (
+            check.filter(|c| c.applied()),
+            single,
+            self.light.clean.get(ids.as_slice()),
+            n.corrected.as_mut(),
+        ) {
+            corr.hist = l.hist.clone();
+        }
+        ids.pop();
+        names.pop();
     }
 }
 
 fn scale(n: &mut TreeNode, factor: f64, own_ns: &[u64]) {
-    for c in &mut n.children {
-        scale(c, factor, own_ns);
-    }
     let own = own_ns.get(n.phase as usize).copied().unwrap_or(0);
     let kids: u64 = n
         .children
@@ -189,30 +333,68 @@ fn scale(n: &mut TreeNode, factor: f64, own_ns: &[u64]) {
 mod tests {
     use super::*;
 
-    fn span(phase: u32, start: u64, dur: u64) -> Event {
+    fn span(phase: u32, node: u64, depth: u32, start: u64, dur: u64) -> Event {
         Event {
             phase,
+            node,
+            depth,
             start_ns: start,
             dur_ns: dur,
             ..Event::default()
         }
     }
 
-    #[test]
-    fn epochs_hold_the_calls_that_began_in_them() {
-        let mut l = LightEpochs::default();
-        l.begin(100);
-        assert!(l.contains(150) && !l.contains(50));
-        l.end(200);
-        l.begin(300);
-        l.end(400);
-        assert!(l.contains(100) && l.contains(350));
-        assert!(!l.contains(200) && !l.contains(250) && !l.contains(400));
-        assert_eq!(l.epochs(), 2);
+    fn cut(depth: u32, clean: &[u32]) -> Cut {
+        Cut {
+            depth,
+            detach: Vec::new(),
+            clean: clean.to_vec(),
+        }
     }
 
-    fn root(count: u64, raw_mean: u64, removed_per_call: u64) -> TreeNode {
-        let mut n = TreeNode::empty(0, "write".into(), None);
+    #[test]
+    fn epochs_keep_the_calls_at_and_above_their_cut_out_of_the_tree() {
+        let mut l = LightEpochs::default();
+        // Cut 1 from 100 to 200: phase 1 (node 11, depth 1) is clean, phase 2 is not.
+        l.begin(100, &cut(1, &[1]));
+        l.end(200);
+        l.begin(300, &cut(0, &[0]));
+        l.end(400);
+        assert!(!l.take(&span(0, 10, 0, 50, 9), 0), "before any epoch");
+        assert!(l.take(&span(0, 10, 0, 150, 9), 0), "a root above the cut");
+        assert!(l.take(&span(1, 11, 1, 160, 9), 2), "clean at the cut");
+        assert!(l.take(&span(2, 12, 1, 170, 9), 0), "at the cut, not clean");
+        assert!(!l.take(&span(3, 13, 2, 180, 9), 0), "below the cut: tree");
+        assert!(!l.take(&span(0, 10, 0, 250, 9), 0), "between epochs");
+        assert!(l.take(&span(0, 10, 0, 350, 9), 1), "clean root");
+        assert!(!l.take(&span(0, 10, 0, 400, 9), 1), "the end is not in");
+        assert_eq!(l.epochs(), 2);
+        // A transition keeps every call out, clean at no depth.
+        l.begin_transition(500);
+        assert!(l.take(&span(3, 13, 5, 510, 9), 0), "any depth");
+        l.end(600);
+        assert!(!l.take(&span(3, 13, 5, 610, 9), 0));
+        let paths = l.into_paths(|node| match node {
+            10 => Some(vec![0]),
+            11 => Some(vec![0, 1]),
+            12 => Some(vec![0, 2]),
+            _ => None,
+        });
+        assert_eq!(paths.kept_out[&vec![0]], 2);
+        assert_eq!(paths.kept_out[&vec![0, 1]], 1);
+        assert_eq!(paths.kept_out[&vec![0, 2]], 1);
+        assert!(
+            !paths.kept_out.contains_key(&vec![0, 3]),
+            "node 13 has no path"
+        );
+        assert_eq!(paths.clean[&vec![0]].count, 1);
+        assert_eq!(paths.clean[&vec![0]].total_ns, 8);
+        assert_eq!(paths.clean[&vec![0, 1]].total_ns, 7);
+        assert!(!paths.clean.contains_key(&vec![0, 2]));
+    }
+
+    fn node(phase: u32, name: &str, count: u64, raw_mean: u64, removed: u64) -> TreeNode {
+        let mut n = TreeNode::empty(phase, name.into(), None);
         n.count = count;
         n.total_ns = count * raw_mean;
         let mut hist = new_histogram();
@@ -220,13 +402,13 @@ mod tests {
         for i in 0..count {
             let v = raw_mean - 50 + (i % 100);
             hist.saturating_record(v);
-            chist.saturating_record(v - removed_per_call);
+            chist.saturating_record(v - removed);
         }
         n.hist = hist;
         n.corrected = Some(crate::model::Corrected {
-            total_ns: count * (raw_mean - removed_per_call),
-            self_ns: count * (raw_mean - removed_per_call),
-            probe_ns: count * removed_per_call,
+            total_ns: count * (raw_mean - removed),
+            self_ns: count * (raw_mean - removed),
+            probe_ns: count * removed,
             probe_hits: count * 4,
             error_ns: 0,
             hist: chist,
@@ -234,24 +416,43 @@ mod tests {
         n
     }
 
+    fn light(paths: &[(Vec<u32>, u64, u64)]) -> LightPaths {
+        let mut out = LightPaths::default();
+        for (path, calls, mean) in paths {
+            let mut c = LightCalls::new();
+            for i in 0..*calls {
+                let d = mean - 50 + (i % 100);
+                c.count += 1;
+                c.total_ns += d;
+                c.hist.saturating_record(d);
+            }
+            out.clean.insert(path.clone(), c);
+            out.kept_out.insert(path.clone(), *calls);
+        }
+        out
+    }
+
+    fn names() -> Vec<String> {
+        vec!["write".into(), "wal".into(), "sync".into()]
+    }
+
     #[test]
     fn descendants_costing_more_in_situ_scale_the_correction() {
         // Full calls: 20 µs raw, the calibration took out 1 µs own + 3 µs of descendants.
         // Light calls: 12 µs once the own 1 µs is out. So descendants really cost
         // 20 - 1 - 12 = 7 µs a call, not 3: factor 7/3.
+        let mut root = node(0, "write", 1000, 20_000, 4_000);
+        root.children.push(node(1, "wal", 1000, 5_000, 1_000));
         let mut tree = PhaseTree {
-            roots: vec![root(1000, 20_000, 4_000)],
+            roots: vec![root],
             ..PhaseTree::default()
         };
-        let mut l = LightEpochs::default();
-        l.begin(0);
-        for i in 0..200 {
-            l.add(&span(0, i, 13_000 - 50 + (i % 100)), 1_000);
-        }
-        let own = [1_000];
-        let checks = check(&tree, &l, &own, &["write".into()]);
+        let l = light(&[(vec![0], 200, 12_000)]);
+        let own = [1_000, 1_000];
+        let checks = check(&tree, &l, &own, &names());
         let c = &checks[0];
-        assert_eq!((c.light_calls, c.full_calls), (200, 1000));
+        assert_eq!((c.light_calls, c.full_calls, c.kept_out), (200, 1000, 200));
+        assert_eq!(c.path, vec!["write".to_string()]);
         assert!((c.light_mean_ns - 12_000.0).abs() < 10.0, "{c:?}");
         assert!((c.calibrated_ns - 3_000.0).abs() < 1.0, "{c:?}");
         assert!((c.in_situ_ns - 7_000.0).abs() < 10.0, "{c:?}");
@@ -268,23 +469,56 @@ mod tests {
     }
 
     #[test]
-    fn a_difference_within_the_noise_leaves_the_correction_alone() {
-        let tree = PhaseTree {
-            roots: vec![root(1000, 20_000, 4_000)],
+    fn a_child_with_a_check_of_its_own_is_corrected_by_it() {
+        // write (20 µs raw, 1 own + 6 descendants' calibrated) > wal (12 µs raw, 1 own + 2
+        // calibrated for sync) > sync (4 µs raw, 1 own).
+        let mut wal = node(1, "wal", 1000, 12_000, 3_000);
+        wal.children.push(node(2, "sync", 1000, 4_000, 1_000));
+        let mut root = node(0, "write", 1000, 20_000, 7_000);
+        root.children.push(wal);
+        let mut tree = PhaseTree {
+            roots: vec![root],
             ..PhaseTree::default()
         };
-        let mut l = LightEpochs::default();
-        l.begin(0);
-        for i in 0..200 {
-            l.add(&span(0, i, 17_000 - 50 + (i % 100)), 1_000);
-        }
-        let checks = check(&tree, &l, &[1_000], &["write".into()]);
+        // The root alone: 10 µs (descendants cost 9 in situ, not 6: ×1.5); wal alone: 9 µs
+        // (sync's probes cost 2 in situ, as calibrated: no scaling there).
+        let l = light(&[(vec![0], 500, 10_000), (vec![0, 1], 500, 9_000)]);
+        let own = [1_000, 1_000, 1_000];
+        let checks = check(&tree, &l, &own, &names());
+        assert_eq!(checks.len(), 2, "{checks:?}");
+        let wal_check = checks.iter().find(|c| c.name == "wal").expect("wal");
+        assert_eq!(wal_check.path, vec!["write".to_string(), "wal".to_string()]);
+        assert!((checks[0].factor - 1.5).abs() < 0.01, "{checks:?}");
+        assert_eq!(wal_check.factor, 1.0, "{wal_check:?}");
+        apply(&mut tree, &checks, &own, &l);
+        let r = &tree.roots[0];
+        let mean = |n: &TreeNode| n.corrected.as_ref().unwrap().total_ns as f64 / n.count as f64;
+        assert!((mean(r) - 10_000.0).abs() < 10.0, "{}", mean(r));
+        // wal keeps its own factor (1): 12 - 1 - 2 = 9 µs, not 12 - 1 - 3.
+        assert!((mean(&r.children[0]) - 9_000.0).abs() < 10.0);
+        assert!((mean(&r.children[0].children[0]) - 3_000.0).abs() < 10.0);
+        // Self times follow: write 10 - 9.
+        let self_ns = r.corrected.as_ref().unwrap().self_ns as f64 / 1000.0;
+        assert!((self_ns - 1_000.0).abs() < 10.0, "{self_ns}");
+    }
+
+    #[test]
+    fn a_difference_within_the_noise_leaves_the_correction_alone() {
+        let mut root = node(0, "write", 1000, 20_000, 4_000);
+        root.children.push(node(1, "wal", 1000, 5_000, 1_000));
+        let tree = PhaseTree {
+            roots: vec![root],
+            ..PhaseTree::default()
+        };
+        let l = light(&[(vec![0], 200, 16_000)]);
+        let checks = check(&tree, &l, &[1_000, 1_000], &names());
         assert!((checks[0].in_situ_ns - 3_000.0).abs() < 10.0);
         assert_eq!(checks[0].factor, 1.0);
         // Too few light calls: no verdict.
-        let mut few = LightEpochs::default();
-        few.begin(0);
-        few.add(&span(0, 1, 13_000), 1_000);
-        assert!(check(&tree, &few, &[1_000], &["write".into()]).is_empty());
+        let few = light(&[(vec![0], 1, 13_000)]);
+        assert!(check(&tree, &few, &[1_000, 1_000], &names()).is_empty());
+        // A leaf has nothing to check.
+        let leaf = light(&[(vec![0, 1], 200, 3_000)]);
+        assert!(check(&tree, &leaf, &[1_000, 1_000], &names()).is_empty());
     }
 }

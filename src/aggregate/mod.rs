@@ -14,6 +14,7 @@ mod build;
 mod calls;
 
 pub mod insitu;
+pub mod insitu_cuts;
 pub mod merge;
 pub mod sampled;
 pub mod split;

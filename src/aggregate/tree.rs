@@ -127,8 +127,8 @@ pub struct Aggregator {
     split: Option<Splitter>,
     /// Grouped nodes (`group_by`): the folded string each stands for.
     keys: NodeMap<String>,
-    /// The in-situ check's light epochs (`--in-situ`): root calls that began in one are kept
-    /// there, not in the tree.
+    /// The in-situ check's light epochs (`--in-situ`): calls at or above an epoch's cut that
+    /// began in one are kept there, not in the tree.
     light: Option<super::insitu::LightEpochs>,
 }
 
@@ -179,18 +179,14 @@ impl Aggregator {
                 self.skipped += 1;
                 return;
             }
-            if let Some(l) = self
-                .light
-                .as_mut()
-                .filter(|l| ev.depth == 0 && l.contains(ev.start_ns))
-            {
+            if let Some(l) = self.light.as_mut() {
                 let own = self.own_probe_ns.as_deref();
-                l.add(
-                    ev,
-                    own.and_then(|o| o.get(ev.phase as usize).copied())
-                        .unwrap_or(0),
-                );
-                return;
+                let own = own
+                    .and_then(|o| o.get(ev.phase as usize).copied())
+                    .unwrap_or(0);
+                if l.take(ev, own) {
+                    return;
+                }
             }
             if let Some(c) = &mut self.calls {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
@@ -388,9 +384,36 @@ impl Aggregator {
         self.light.as_mut()
     }
 
-    /// Takes the light epochs and their calls out (before the tree is finished).
-    pub fn take_light_epochs(&mut self) -> Option<super::insitu::LightEpochs> {
-        self.light.take()
+    /// Takes the light epochs' calls out, by tree path (before the tree is finished).
+    pub fn take_light_epochs(&mut self) -> Option<super::insitu::LightPaths> {
+        let light = self.light.take()?;
+        Some(light.into_paths(|node| self.phase_path(node)))
+    }
+
+    /// A node's phase ids from its root down; None for a node never defined.
+    fn phase_path(&self, node: u64) -> Option<Vec<u32>> {
+        let mut path = Vec::new();
+        let mut at = node;
+        while at != 0 && path.len() <= 64 {
+            let d = self.defs.get(&at)?;
+            path.push(d.phase);
+            at = d.parent;
+        }
+        path.reverse();
+        Some(path)
+    }
+
+    /// The tree's shape so far, node by node (what the in-situ check's cuts are planned on).
+    pub fn node_shape(&self) -> Vec<super::insitu_cuts::ShapeNode> {
+        self.defs
+            .iter()
+            .map(|(node, d)| super::insitu_cuts::ShapeNode {
+                node: *node,
+                parent: d.parent,
+                phase: d.phase,
+                calls: self.stats.get(node).map_or(0, |s| s.count),
+            })
+            .collect()
     }
 
     /// Events added so far.

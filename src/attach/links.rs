@@ -6,7 +6,7 @@
 //! made again from the kept [`LinkPlan`]s, returns before entries.
 
 use anyhow::{Context, Result};
-use aya::programs::uprobe::{UProbeAttachPoint, UProbeLinkId, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope};
 
 use super::Tracer;
 use crate::resolve::ResolvedSymbol;
@@ -33,6 +33,43 @@ impl Tracer {
     /// have returned through the return probes, which come off last, so no open frame is left
     /// behind. Returns how many of them had links of their own live.
     pub fn detach_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<usize> {
+        let (detached, entries, returns) = self.take_phase_links(ids)?;
+        drop_together(entries);
+        if !returns.is_empty() {
+            std::thread::sleep(settle);
+        }
+        drop_together(returns);
+        Ok(detached)
+    }
+
+    /// [`Tracer::detach_phases`] on a thread of its own, so the caller goes on reading the
+    /// ring buffer while the kernel's grace periods pass (0.2-0.6 s here, during which a hot
+    /// target fills the ring): the probes are off once [`Detaching::done`].
+    pub fn detach_phases_in_background(
+        &mut self,
+        ids: &[u32],
+        settle: std::time::Duration,
+    ) -> Result<Detaching> {
+        let (_, entries, returns) = self.take_phase_links(ids)?;
+        let thread = std::thread::Builder::new()
+            .name("wprof-detach".into())
+            .spawn(move || {
+                drop_together(entries);
+                if !returns.is_empty() {
+                    std::thread::sleep(settle);
+                }
+                drop_together(returns);
+            })
+            .context("start a thread to detach probes")?;
+        Ok(Detaching { thread })
+    }
+
+    /// Takes these phases' links out of the tracer: how many phases had some, their entry
+    /// links and their return links.
+    fn take_phase_links(
+        &mut self,
+        ids: &[u32],
+    ) -> Result<(usize, Vec<UProbeLink>, Vec<UProbeLink>)> {
         let mut entries = Vec::new();
         let mut returns = Vec::new();
         let mut detached = 0;
@@ -49,19 +86,24 @@ impl Tracer {
                 }
             }
         }
-        for (i, group) in [entries, returns].into_iter().enumerate() {
-            if i == 1 && !group.is_empty() {
-                std::thread::sleep(settle);
-            }
-            self.release(group)?;
-        }
-        Ok(detached)
+        Ok((
+            detached,
+            self.take_links(entries)?,
+            self.take_links(returns)?,
+        ))
     }
 
-    /// Releases links, all at once: each release waits for the kernel's uprobe grace period
-    /// (~0.1-0.3 s on these VMs); one by one, a paused profile's returns kept firing for
-    /// seconds after its entries. Released together, they wait about one period.
+    /// Releases links, all at once (see [`drop_together`]).
     fn release(&mut self, links: Vec<(u32, &'static str, UProbeLinkId)>) -> Result<()> {
+        drop_together(self.take_links(links)?);
+        Ok(())
+    }
+
+    /// The owned links behind these ids (dropping one detaches it).
+    fn take_links(
+        &mut self,
+        links: Vec<(u32, &'static str, UProbeLinkId)>,
+    ) -> Result<Vec<UProbeLink>> {
         let mut owned = Vec::with_capacity(links.len());
         for (id, prog, link) in links {
             owned.push(
@@ -70,12 +112,7 @@ impl Tracer {
                     .with_context(|| format!("detach the probes of phase {id}"))?,
             );
         }
-        std::thread::scope(|s| {
-            for link in owned {
-                s.spawn(move || drop(link));
-            }
-        });
-        Ok(())
+        Ok(owned)
     }
 
     /// Pauses these phases' probes (a duty cycle): BPF stops first, then every link comes off
@@ -154,4 +191,32 @@ impl Tracer {
         }
         Ok(())
     }
+}
+
+/// Probes coming off on a thread of their own ([`Tracer::detach_phases_in_background`]).
+pub struct Detaching {
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Detaching {
+    /// Whether the probes are off (every link released).
+    pub fn done(&self) -> bool {
+        self.thread.is_finished()
+    }
+
+    /// Waits until they are.
+    pub fn wait(self) {
+        let _ = self.thread.join();
+    }
+}
+
+/// Drops links all at once: each release waits for the kernel's uprobe grace period (~0.1-0.3
+/// s on these VMs); one by one, a paused profile's returns kept firing for seconds after its
+/// entries. Released together, they wait about one period.
+fn drop_together(links: Vec<UProbeLink>) {
+    std::thread::scope(|s| {
+        for link in links {
+            s.spawn(move || drop(link));
+        }
+    });
 }

@@ -38,6 +38,7 @@ const GO_STOP_THE_WORLD: &str = "runtime.stopTheWorldWithSema";
 const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 
 pub use capabilities::{check_capabilities, missing_capabilities};
+pub use links::Detaching;
 pub use unwind_guard::GuardWrites;
 
 use crate::error::WprofError;

@@ -1,20 +1,28 @@
-//! What the in-situ check (`--in-situ`) found for a root phase.
+//! What the in-situ check (`--in-situ`) found for a node of the tree.
 
-/// What the in-situ check found for one root phase (written to and read from the run's JSON
+/// What the in-situ check found for one parent node (written to and read from the run's JSON
 /// as it is: docs/json.md, "in_situ").
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct InSituCheck {
-    /// Root phase id.
+    /// The node's phase id.
     pub phase: u32,
-    /// Root phase name.
+    /// The node's phase name.
     pub name: String,
-    /// Root calls made in light epochs.
+    /// The node's path, phase names from its root (runs before per-node checks: empty, the
+    /// check was a root's).
+    #[serde(default)]
+    pub path: Vec<String>,
+    /// Its calls made in light epochs with no descendant probe live.
     pub light_calls: u64,
+    /// Its calls that began in a light epoch and are not in the tree (the light calls among
+    /// them): with the tree's count, every call.
+    #[serde(default)]
+    pub kept_out: u64,
     /// Their mean, own probe share taken out, ns.
     pub light_mean_ns: f64,
-    /// Root calls made in full epochs.
+    /// Its calls in the tree (full epochs).
     pub full_calls: u64,
-    /// Their raw mean less the own probe share, ns: the root with its descendants' probes.
+    /// Their raw mean less the own probe share, ns: the node with its descendants' probes.
     pub full_mean_ns: f64,
     /// Descendant probe time per call the calibration took out, ns.
     pub calibrated_ns: f64,
@@ -31,5 +39,15 @@ impl InSituCheck {
     /// Whether the correction was scaled.
     pub fn applied(&self) -> bool {
         self.factor != 1.0
+    }
+
+    /// The node's path as the tree writes it (`write_impl/write_to_wal`); its name when the
+    /// run has no path.
+    pub fn path_label(&self) -> String {
+        if self.path.is_empty() {
+            self.name.clone()
+        } else {
+            self.path.join("/")
+        }
     }
 }

@@ -159,7 +159,7 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         out.push_str(&format!(
             "in-situ check: {}: {} calls with only its own probes live, {}; {} with every probe \
              live: its descendants' probes cost {} a call here (±{}), the calibration said {}: {}\n",
-            c.name,
+            c.path_label(),
             c.light_calls,
             format_ns(c.light_mean_ns),
             format_ns(c.full_mean_ns),

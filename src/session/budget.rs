@@ -19,8 +19,9 @@ use super::duty::{self, fraction_for, DutyCycle, Switch};
 use super::insitu::{Epochs, Step};
 use super::overhead::{unmatched_by_phase, OverheadWatch};
 use super::trace_loop::EndReason;
+use crate::aggregate::insitu_cuts::{self, Cut};
 use crate::aggregate::Aggregator;
-use crate::attach::Tracer;
+use crate::attach::{Detaching, Tracer};
 use crate::model::profile::Measure;
 use crate::resolve::ResolvedPhase;
 
@@ -200,11 +201,6 @@ pub fn plan(loads: &[PhaseLoad], cpu_ns_per_s: f64, budget_pct: f64) -> Plan {
 /// that is also reached outside its usual parent, e.g. PostgreSQL's XLogInsert).
 const ROOT_SHARE_MAX: f64 = 0.1;
 
-/// A light epoch (`--in-situ`) keeps the probes of the phases mostly called as roots, and takes
-/// off every other: a phase also reached as a root elsewhere (a flush thread's file writes)
-/// would otherwise stay live inside the roots it is a descendant of.
-const LIGHT_ROOT_SHARE_MAX: f64 = 0.5;
-
 /// How long probes taken off keep their return probes after their entry probes, so the calls
 /// in flight return meanwhile: twice the slowest p99 of the phases, within these bounds.
 /// Every call that begins meanwhile still traps on its return: kept short for hot phases.
@@ -234,9 +230,13 @@ pub struct Keeper<'a> {
     excused: Vec<u64>,
     /// Unmatched returns per phase when the last switch began, and when it ended.
     mark: Option<(Vec<u64>, Instant)>,
-    /// The in-situ check's epochs (`--in-situ`), and the phases a light epoch takes off.
+    /// The in-situ check's epochs (`--in-situ`), the phases a light epoch takes off, and how
+    /// many light epochs were cut so far (they take the tree's levels in turn).
     epochs: Option<Epochs>,
     light_phases: Vec<u32>,
+    cut_turn: usize,
+    /// A light epoch's probes on their way off, and its cut: the epoch begins once they are.
+    detaching: Option<(Detaching, Cut)>,
     /// Whether the CPU sampler pauses with the probes (it samples only for the budget's
     /// moved phases, not for a CPU profile the command line asked for).
     sampler_follows: bool,
@@ -255,6 +255,8 @@ impl<'a> Keeper<'a> {
             mark: None,
             epochs: None,
             light_phases: Vec::new(),
+            cut_turn: 0,
+            detaching: None,
             sampler_follows: false,
         }
     }
@@ -328,34 +330,81 @@ impl<'a> Keeper<'a> {
         }
     }
 
-    /// The in-situ epochs: a light one takes off every probed phase not mostly a root.
+    /// The in-situ epochs: a light one takes off every probed phase below its cut, the cuts
+    /// taking the tree's levels in turn (`aggregate::insitu_cuts`). The probes come off in the
+    /// background; the epoch begins when they are off.
     fn step_epochs(&mut self, tracer: &mut Tracer, agg: &mut Aggregator) {
+        if let Some((d, _)) = &self.detaching {
+            if !d.done() {
+                // Returns that find no frame meanwhile are the switch's: still excused.
+                if let Some((_, at)) = &mut self.mark {
+                    *at = Instant::now();
+                }
+                return;
+            }
+            if let Some((d, cut)) = self.detaching.take() {
+                d.wait();
+                if let Some(l) = agg.light_epochs() {
+                    l.begin(super::monotonic_ns(), &cut);
+                }
+                if let Some(e) = self.epochs.as_mut() {
+                    e.switched();
+                }
+                if let Some((_, at)) = &mut self.mark {
+                    *at = Instant::now();
+                }
+            }
+            return;
+        }
         let Some(step) = self.epochs.as_mut().and_then(Epochs::poll) else {
             return;
         };
         let done = match step {
             Step::GoLight => {
-                let edges = agg.phase_edges();
-                self.light_phases = self
+                let detachable: Vec<u32> = self
                     .probed()
                     .into_iter()
-                    .filter(|id| root_share(&edges, *id) <= LIGHT_ROOT_SHARE_MAX)
+                    .filter(|id| {
+                        self.phases
+                            .iter()
+                            .any(|p| p.id == *id && p.kernel.is_none())
+                    })
                     .collect();
+                let cuts = insitu_cuts::plan(&agg.node_shape(), &detachable);
+                let Some(cut) = cuts.get(self.cut_turn % cuts.len().max(1)).cloned() else {
+                    // No parent seen yet: this epoch stays full.
+                    self.light_phases.clear();
+                    return;
+                };
+                self.cut_turn += 1;
+                self.light_phases = cut.detach.clone();
                 let (light, wait) = (self.light_phases.clone(), settle(agg, &self.light_phases));
-                let done = self.switching(tracer, |t| t.detach_phases(&light, wait));
                 if let Some(l) = agg.light_epochs() {
-                    l.begin(super::monotonic_ns());
+                    l.begin_transition(super::monotonic_ns());
                 }
-                done.map(|_| ())
+                let done = self.switching(tracer, |t| t.detach_phases_in_background(&light, wait));
+                if done.is_err() {
+                    if let Some(l) = agg.light_epochs() {
+                        l.end(super::monotonic_ns());
+                    }
+                }
+                done.map(|d| self.detaching = Some((d, cut)))
             }
             Step::GoFull => {
                 if let Some(l) = agg.light_epochs() {
-                    l.end(super::monotonic_ns());
+                    l.begin_transition(super::monotonic_ns());
                 }
                 let light = self.light_phases.clone();
-                self.switching(tracer, |t| t.reattach_phases(&light))
+                let done = self.switching(tracer, |t| t.reattach_phases(&light));
+                if let Some(l) = agg.light_epochs() {
+                    l.end(super::monotonic_ns());
+                }
+                done
             }
         };
+        if let Some(e) = self.epochs.as_mut() {
+            e.switched();
+        }
         if let Err(e) = done {
             eprintln!("wprof: warning: in-situ epochs: {e:#}");
         }
@@ -483,6 +532,9 @@ impl<'a> Keeper<'a> {
     /// At the end of the run: the share of it the probes were live (None: always), and the
     /// unmatched returns per phase that switching probes caused.
     pub fn finish(&mut self, tracer: &mut Tracer) -> (Option<f64>, Vec<Moved>, Vec<u64>) {
+        if let Some((d, _)) = self.detaching.take() {
+            d.wait();
+        }
         self.excuse(tracer);
         // Ended in a pause: BPF was stopped, and the end's recalibration needs it.
         if self.duty.as_ref().is_some_and(|d| !d.is_live()) {

@@ -63,6 +63,14 @@ impl Epochs {
             Step::GoFull
         })
     }
+
+    /// The switch [`Epochs::poll`] asked for is done: the epoch's time counts from now.
+    /// Taking probes off waits for the kernel's uprobe grace periods (0.1-0.3 s a release
+    /// here, twice): counted from the poll, a 0.25 s light epoch was left with a few tens
+    /// of milliseconds right after the releases.
+    pub fn switched(&mut self) {
+        self.since = Instant::now();
+    }
 }
 
 #[cfg(test)]
@@ -86,5 +94,18 @@ mod tests {
         );
         e.since -= CYCLE;
         assert_eq!(e.poll(), Some(Step::GoLight));
+    }
+
+    #[test]
+    fn an_epoch_counts_from_the_end_of_its_switch() {
+        let mut e = Epochs::start();
+        e.since -= FIRST_AFTER;
+        assert_eq!(e.poll(), Some(Step::GoLight));
+        // The releases took most of the light epoch's time.
+        e.since -= LIGHT - Duration::from_millis(10);
+        e.switched();
+        assert_eq!(e.poll(), None, "the light epoch has just begun");
+        e.since -= LIGHT;
+        assert_eq!(e.poll(), Some(Step::GoFull));
     }
 }

@@ -1,0 +1,209 @@
+//! Which probes a light epoch of the in-situ check (`--in-situ`) takes off.
+//!
+//! A light epoch keeps the probes live down to one depth of the tree (its cut) and takes off
+//! every phase that lives deeper, so the calls at the cut run with their own probes only: a
+//! root at cut 0, the root's children at cut 1, and so on. The epochs take the cuts in turn,
+//! so every parent of the tree gets calls measured without its descendants' probes.
+//!
+//! In: the tree's shape so far (node, parent, phase, calls) and the phases whose probes can
+//! come off. Out: the [`Cut`]s worth making, shallowest first.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// A phase reached as a root in more than this share of its calls stays live in every
+/// epoch: a flush thread's file writes, say, are roots of their own as well as descendants.
+pub const ROOT_SHARE_MAX: f64 = 0.5;
+
+/// One node of the tree's shape, as the aggregator has seen it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShapeNode {
+    /// The node (path hash).
+    pub node: u64,
+    /// Its parent node, 0 for a root.
+    pub parent: u64,
+    /// Its phase.
+    pub phase: u32,
+    /// Calls completed there.
+    pub calls: u64,
+}
+
+/// One kind of light epoch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    /// The deepest level whose probes stay live (0: the roots).
+    pub depth: u32,
+    /// The phases taken off.
+    pub detach: Vec<u32>,
+    /// The phases whose calls at `depth` run with no descendant probe live: their calls
+    /// there measure them without their descendants' probes.
+    pub clean: Vec<u32>,
+}
+
+/// The cuts worth making for this shape: one per depth at which some parent's calls would
+/// run with only their own probes. `detachable` are the phases whose probes can come off
+/// (user-space probes; a syscall's tracepoints stay, and a parent with one under it is
+/// never clean).
+pub fn plan(shape: &[ShapeNode], detachable: &[u32]) -> Vec<Cut> {
+    let by_node: HashMap<u64, &ShapeNode> = shape.iter().map(|n| (n.node, n)).collect();
+    let depth_of = |mut node: u64| {
+        let mut depth = 0u32;
+        while let Some(n) = by_node.get(&node).filter(|n| n.parent != 0) {
+            node = n.parent;
+            depth += 1;
+            if depth > 64 {
+                break;
+            }
+        }
+        depth
+    };
+    let depths: HashMap<u64, u32> = shape.iter().map(|n| (n.node, depth_of(n.node))).collect();
+    let levels = phase_levels(shape, &depths);
+    let below = descendant_phases(shape);
+    let level = |p: u32| levels.get(&p).copied().unwrap_or(u32::MAX);
+    let live = |p: u32, cut: u32| !detachable.contains(&p) || level(p) <= cut;
+    let parent_depths: BTreeSet<u32> = shape
+        .iter()
+        .filter(|n| below.get(&n.node).is_some_and(|b| !b.is_empty()))
+        .map(|n| depths[&n.node])
+        .collect();
+    let mut cuts = Vec::new();
+    for depth in parent_depths {
+        // Per phase at this depth: whether every node of it has no live descendant phase.
+        let mut clean: BTreeMap<u32, bool> = BTreeMap::new();
+        for n in shape.iter().filter(|n| depths[&n.node] == depth) {
+            let Some(b) = below.get(&n.node).filter(|b| !b.is_empty()) else {
+                continue;
+            };
+            let ok = live(n.phase, depth) && b.iter().all(|&p| !live(p, depth));
+            *clean.entry(n.phase).or_insert(true) &= ok;
+        }
+        let clean: Vec<u32> = clean.into_iter().filter(|c| c.1).map(|c| c.0).collect();
+        if clean.is_empty() {
+            continue;
+        }
+        let mut detach: Vec<u32> = detachable
+            .iter()
+            .copied()
+            .filter(|&p| !live(p, depth))
+            .collect();
+        detach.sort_unstable();
+        cuts.push(Cut {
+            depth,
+            detach,
+            clean,
+        });
+    }
+    cuts
+}
+
+/// Per phase, the level whose probes it goes with: 0 for a phase mostly reached as a root,
+/// else the depth where most of its calls are.
+fn phase_levels(shape: &[ShapeNode], depths: &HashMap<u64, u32>) -> HashMap<u32, u32> {
+    let mut calls: HashMap<u32, BTreeMap<u32, u64>> = HashMap::new();
+    for n in shape {
+        *calls
+            .entry(n.phase)
+            .or_default()
+            .entry(depths[&n.node])
+            .or_default() += n.calls.max(1);
+    }
+    calls
+        .into_iter()
+        .map(|(phase, by_depth)| {
+            let all: u64 = by_depth.values().sum();
+            let roots = by_depth.get(&0).copied().unwrap_or(0);
+            let level = if roots as f64 > all as f64 * ROOT_SHARE_MAX {
+                0
+            } else {
+                by_depth
+                    .iter()
+                    .filter(|(d, _)| **d > 0)
+                    .max_by(|a, b| a.1.cmp(b.1).then(b.0.cmp(a.0)))
+                    .map_or(0, |(d, _)| *d)
+            };
+            (phase, level)
+        })
+        .collect()
+}
+
+/// Per node, the phases of the nodes below it.
+fn descendant_phases(shape: &[ShapeNode]) -> HashMap<u64, BTreeSet<u32>> {
+    let by_node: HashMap<u64, &ShapeNode> = shape.iter().map(|n| (n.node, n)).collect();
+    let mut below: HashMap<u64, BTreeSet<u32>> = HashMap::new();
+    for n in shape {
+        let mut up = n.parent;
+        let mut steps = 0;
+        while up != 0 && steps <= 64 {
+            below.entry(up).or_default().insert(n.phase);
+            up = by_node.get(&up).map_or(0, |p| p.parent);
+            steps += 1;
+        }
+    }
+    below
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(node: u64, parent: u64, phase: u32, calls: u64) -> ShapeNode {
+        ShapeNode {
+            node,
+            parent,
+            phase,
+            calls,
+        }
+    }
+
+    /// RocksDB's write: write_impl(0) > write_to_wal(1) > add_record(2) > append(3), and
+    /// write_impl > memtable(4) > add(5); a flush thread's job(6) > table_add(7) > append(3),
+    /// table_add being mostly a root (compactions).
+    fn rocksdb() -> Vec<ShapeNode> {
+        vec![
+            n(10, 0, 0, 1000),
+            n(11, 10, 1, 1000),
+            n(12, 11, 2, 1000),
+            n(13, 12, 3, 2000),
+            n(14, 10, 4, 1000),
+            n(15, 14, 5, 1000),
+            n(20, 0, 6, 2),
+            n(21, 20, 7, 500),
+            n(22, 21, 3, 40),
+            n(30, 0, 7, 900),
+        ]
+    }
+
+    #[test]
+    fn each_parent_level_gets_a_cut_with_only_its_probes_live_below() {
+        let all: Vec<u32> = (0..8).collect();
+        let cuts = plan(&rocksdb(), &all);
+        let depths: Vec<u32> = cuts.iter().map(|c| c.depth).collect();
+        assert_eq!(depths, vec![0, 1, 2]);
+        // Roots: write_impl is clean; the flush job is not (table_add, mostly a root, stays).
+        assert_eq!(cuts[0].clean, vec![0]);
+        assert_eq!(cuts[0].detach, vec![1, 2, 3, 4, 5]);
+        // Depth 1: write_to_wal and memtable, and table_add under the flush job (append, under
+        // it, is off).
+        assert_eq!(cuts[1].clean, vec![1, 4, 7]);
+        assert_eq!(cuts[1].detach, vec![2, 3, 5]);
+        assert_eq!(cuts[2].clean, vec![2]);
+        assert_eq!(cuts[2].detach, vec![3]);
+    }
+
+    #[test]
+    fn a_phase_that_cannot_come_off_keeps_its_parents_from_being_clean() {
+        // A syscall phase (3) under add_record: not detachable.
+        let detachable = [1, 2, 4, 5, 6, 7];
+        let cuts = plan(&rocksdb(), &detachable);
+        assert!(cuts.iter().all(|c| !c.detach.contains(&3)));
+        // No root and no WAL level is ever clean: only memtable (no syscall under it).
+        assert_eq!(cuts.len(), 1, "{cuts:?}");
+        assert_eq!((cuts[0].depth, cuts[0].clean.clone()), (1, vec![4]));
+    }
+
+    #[test]
+    fn leaves_alone_need_no_cut() {
+        assert!(plan(&[n(1, 0, 0, 10), n(2, 0, 1, 10)], &[0, 1]).is_empty());
+        assert!(plan(&[], &[0]).is_empty());
+    }
+}
