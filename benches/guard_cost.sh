@@ -28,7 +28,7 @@ torture() { # PROGRAM [MODE]: ns per call of the eight frames
   if [ -z "${2:-}" ]; then
     "$F/$1" plain "$N" | ns
   else
-    "$W" record -q --return "$2" --target tests/fixtures/unwind/unwind.toml -- "$F/$1" plain "$N" | ns
+    "$W" record -q --return "$2" --target tests/fixtures/unwind/unwind.toml -- "$F/$1" plain "$N" 2>/dev/null | ns
   fi
 }
 dbops() { # [MODE]: db_bench ops/s

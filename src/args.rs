@@ -171,10 +171,11 @@ pub struct TraceArgs {
     /// (cleanly, outputs written, exit 5).
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub max_overhead: Option<f64>,
-    /// Check the probe correction where the probes run: every 2 s, for 0.25 s, only the
-    /// roots' probes are live; the roots' calls then, against those made with every probe
-    /// live, give what their descendants' probes really cost, and the correction is scaled to
-    /// it (footer and JSON `in_situ`). Per-event aggregation only; not with --max-overhead.
+    /// Check the probe correction where the probes run: every 2 s, for 0.25 s, the probes are
+    /// live only down to one level of the tree (the roots, then their children, in turn);
+    /// each parent's calls then, against those made with every probe live, give what its
+    /// descendants' probes really cost, and the correction is scaled to it (footer and JSON
+    /// `in_situ`). Per-event aggregation only; not with --max-overhead.
     #[arg(long, conflicts_with = "max_overhead")]
     pub in_situ: bool,
     /// Skip measuring the probes' cost on this host before attaching: times are then not
