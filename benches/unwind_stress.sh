@@ -18,7 +18,7 @@ F=target/tmp/fixtures
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 mismatches=0
-secs() { local t0 t1; t0=$(date +%s.%N); "$@" >"$tmp/out" 2>"$tmp/err"; echo $? "$(echo "$(date +%s.%N) - $t0" | bc)"; }
+secs() { local t0 rc; t0=$(date +%s.%N); "$@" >"$tmp/out" 2>"$tmp/err" && rc=0 || rc=$?; echo "$rc" "$(echo "$(date +%s.%N) - $t0" | bc)"; }
 printf '%-6s %-22s %-18s %10s %10s\n' pass program case untraced_s traced_s
 for pass in $(seq "$PASSES"); do
   for prog in unwind-torture unwind-torture-clang; do
