@@ -5,7 +5,8 @@
 # mean in the traced run, the budget's in-situ reading and the sampled children's shares.
 #
 # Run as root: benches/rocksdb_budget.sh [KEYS] [ROUNDS]     (defaults: 2000000 2)
-# WPROF_BIN=path runs another wprof build.
+# WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to wprof's arguments (e.g.
+# "--aggregate kernel").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/setup.sh
@@ -18,7 +19,8 @@ ops() { sed -n 's/^fillrandom .* \([0-9]*\) ops\/sec.*/\1/p' | head -n1; }
 own() { awk '$1 == "rocksdb.db.write.micros" { print ($(NF-3) > 0 ? $NF / $(NF-3) : 0) }'; }
 b=$(bench env | ops)
 for r in $(seq $R); do
-  out=$(bench "$W" record -q --target rocksdb --max-overhead 10 --json "$tmp/r.json" -- 2>"$tmp/err")
+  # shellcheck disable=SC2086  # WPROF_ARGS is words
+  out=$(bench "$W" record -q --target rocksdb --max-overhead 10 ${WPROF_ARGS:-} --json "$tmp/r.json" -- 2>"$tmp/err")
   t=$(ops <<<"$out"); o=$(own <<<"$out")
   a=$(bench env | ops)
   python3 - "$tmp/r.json" "$b" "$t" "$a" "$o" <<'PY'
