@@ -21,6 +21,8 @@ pub struct ShapeNode {
     pub node: u64,
     /// Its parent node, 0 for a root.
     pub parent: u64,
+    /// Its depth (0 for a root).
+    pub depth: u32,
     /// Its phase.
     pub phase: u32,
     /// Calls completed there.
@@ -44,33 +46,20 @@ pub struct Cut {
 /// (user-space probes; a syscall's tracepoints stay, and a parent with one under it is
 /// never clean).
 pub fn plan(shape: &[ShapeNode], detachable: &[u32]) -> Vec<Cut> {
-    let by_node: HashMap<u64, &ShapeNode> = shape.iter().map(|n| (n.node, n)).collect();
-    let depth_of = |mut node: u64| {
-        let mut depth = 0u32;
-        while let Some(n) = by_node.get(&node).filter(|n| n.parent != 0) {
-            node = n.parent;
-            depth += 1;
-            if depth > 64 {
-                break;
-            }
-        }
-        depth
-    };
-    let depths: HashMap<u64, u32> = shape.iter().map(|n| (n.node, depth_of(n.node))).collect();
-    let levels = phase_levels(shape, &depths);
+    let levels = phase_levels(shape);
     let below = descendant_phases(shape);
     let level = |p: u32| levels.get(&p).copied().unwrap_or(u32::MAX);
     let live = |p: u32, cut: u32| !detachable.contains(&p) || level(p) <= cut;
     let parent_depths: BTreeSet<u32> = shape
         .iter()
         .filter(|n| below.get(&n.node).is_some_and(|b| !b.is_empty()))
-        .map(|n| depths[&n.node])
+        .map(|n| n.depth)
         .collect();
     let mut cuts = Vec::new();
     for depth in parent_depths {
         // Per phase at this depth: whether every node of it has no live descendant phase.
         let mut clean: BTreeMap<u32, bool> = BTreeMap::new();
-        for n in shape.iter().filter(|n| depths[&n.node] == depth) {
+        for n in shape.iter().filter(|n| n.depth == depth) {
             let Some(b) = below.get(&n.node).filter(|b| !b.is_empty()) else {
                 continue;
             };
@@ -98,13 +87,13 @@ pub fn plan(shape: &[ShapeNode], detachable: &[u32]) -> Vec<Cut> {
 
 /// Per phase, the level whose probes it goes with: 0 for a phase mostly reached as a root,
 /// else the depth where most of its calls are.
-fn phase_levels(shape: &[ShapeNode], depths: &HashMap<u64, u32>) -> HashMap<u32, u32> {
+fn phase_levels(shape: &[ShapeNode]) -> HashMap<u32, u32> {
     let mut calls: HashMap<u32, BTreeMap<u32, u64>> = HashMap::new();
     for n in shape {
         *calls
             .entry(n.phase)
             .or_default()
-            .entry(depths[&n.node])
+            .entry(n.depth)
             .or_default() += n.calls.max(1);
     }
     calls
@@ -150,16 +139,30 @@ mod tests {
         ShapeNode {
             node,
             parent,
+            depth: 0,
             phase,
             calls,
         }
+    }
+
+    /// The nodes with their depths, from their parent chains (as the aggregator gives them).
+    fn with_depths(mut nodes: Vec<ShapeNode>) -> Vec<ShapeNode> {
+        let parent: HashMap<u64, u64> = nodes.iter().map(|n| (n.node, n.parent)).collect();
+        for n in &mut nodes {
+            let mut at = n.parent;
+            while at != 0 {
+                n.depth += 1;
+                at = parent[&at];
+            }
+        }
+        nodes
     }
 
     /// RocksDB's write: write_impl(0) > write_to_wal(1) > add_record(2) > append(3), and
     /// write_impl > memtable(4) > add(5); a flush thread's job(6) > table_add(7) > append(3),
     /// table_add being mostly a root (compactions).
     fn rocksdb() -> Vec<ShapeNode> {
-        vec![
+        with_depths(vec![
             n(10, 0, 0, 1000),
             n(11, 10, 1, 1000),
             n(12, 11, 2, 1000),
@@ -170,7 +173,7 @@ mod tests {
             n(21, 20, 7, 500),
             n(22, 21, 3, 40),
             n(30, 0, 7, 900),
-        ]
+        ])
     }
 
     #[test]

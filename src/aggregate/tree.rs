@@ -332,18 +332,31 @@ impl Aggregator {
         self.off_cpu = true;
     }
 
+    /// `node` and its ancestors up to its root, innermost first, as far as their definitions
+    /// arrived (bounded by the BPF stack depth).
+    fn ancestry(&self, node: u64) -> impl Iterator<Item = (u64, &NodeDef)> {
+        let mut at = node;
+        std::iter::from_fn(move || {
+            let d = self.defs.get(&at)?;
+            let here = at;
+            at = d.parent;
+            Some((here, d))
+        })
+        .take(wprof_common::MAX_DEPTH + 1)
+    }
+
     /// The phase names from the root down to `node` (empty if the node is unknown).
-    pub fn path_of<'n>(&self, mut node: u64, names: &'n [String]) -> Vec<Cow<'n, str>> {
-        let mut parts = Vec::new();
-        for _ in 0..=wprof_common::MAX_DEPTH {
-            let Some(d) = self.defs.get(&node) else { break };
-            let name = names.get(d.phase as usize).map_or("?", String::as_str);
-            parts.push(match self.keys.get(&node) {
-                Some(k) => Cow::Owned(keyed_name(name, k)),
-                None => Cow::Borrowed(name),
-            });
-            node = d.parent;
-        }
+    pub fn path_of<'n>(&self, node: u64, names: &'n [String]) -> Vec<Cow<'n, str>> {
+        let mut parts: Vec<Cow<'n, str>> = self
+            .ancestry(node)
+            .map(|(n, d)| {
+                let name = names.get(d.phase as usize).map_or("?", String::as_str);
+                match self.keys.get(&n) {
+                    Some(k) => Cow::Owned(keyed_name(name, k)),
+                    None => Cow::Borrowed(name),
+                }
+            })
+            .collect();
         parts.reverse();
         parts
     }
@@ -390,17 +403,11 @@ impl Aggregator {
         Some(light.into_paths(|node| self.phase_path(node)))
     }
 
-    /// A node's phase ids from its root down; None for a node never defined.
+    /// A node's phase ids from its root down; None unless every definition up to the root
+    /// arrived.
     fn phase_path(&self, node: u64) -> Option<Vec<u32>> {
-        let mut path = Vec::new();
-        let mut at = node;
-        while at != 0 && path.len() <= 64 {
-            let d = self.defs.get(&at)?;
-            path.push(d.phase);
-            at = d.parent;
-        }
-        path.reverse();
-        Some(path)
+        let chain: Vec<&NodeDef> = self.ancestry(node).map(|(_, d)| d).collect();
+        (chain.last()?.parent == 0).then(|| chain.iter().rev().map(|d| d.phase).collect())
     }
 
     /// The tree's shape so far, node by node (what the in-situ check's cuts are planned on).
@@ -410,6 +417,7 @@ impl Aggregator {
             .map(|(node, d)| super::insitu_cuts::ShapeNode {
                 node: *node,
                 parent: d.parent,
+                depth: self.ancestry(*node).count().saturating_sub(1) as u32,
                 phase: d.phase,
                 calls: self.stats.get(node).map_or(0, |s| s.count),
             })
@@ -450,15 +458,8 @@ impl Aggregator {
     }
 
     /// Whether `node` or one of its ancestors is `phase` (bounded by the BPF stack depth).
-    fn has_ancestor_phase(&self, mut node: u64, phase: u32) -> bool {
-        for _ in 0..=wprof_common::MAX_DEPTH {
-            match self.defs.get(&node) {
-                Some(d) if d.phase == phase => return true,
-                Some(d) => node = d.parent,
-                None => return false,
-            }
-        }
-        false
+    fn has_ancestor_phase(&self, node: u64, phase: u32) -> bool {
+        self.ancestry(node).any(|(_, d)| d.phase == phase)
     }
 
     /// Builds the tree, and the call table and span log when they were kept.

@@ -17,6 +17,8 @@ use anyhow::{Context, Result};
 use aya::maps::{HashMap, MapData, RingBuf};
 use wprof_common::{GuardAsk, GuardDone, GuardSlot, GUARD_SLOTS};
 
+use super::monotonic_ns;
+
 /// How long the thread sleeps in `poll` between looks at whether it should stop.
 const POLL: Duration = Duration::from_millis(20);
 
@@ -118,17 +120,6 @@ fn write_slots(pid: i32, slots: &[GuardSlot], asked: u64) -> u64 {
         }
     }
     written
-}
-
-/// CLOCK_MONOTONIC now, ns (the clock of `bpf_ktime_get_ns`).
-fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime fills the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn read_u64(pid: i32, addr: u64) -> Option<u64> {

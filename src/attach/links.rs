@@ -34,11 +34,7 @@ impl Tracer {
     /// behind. Returns how many of them had links of their own live.
     pub fn detach_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<usize> {
         let (detached, entries, returns) = self.take_phase_links(ids)?;
-        drop_together(entries);
-        if !returns.is_empty() {
-            std::thread::sleep(settle);
-        }
-        drop_together(returns);
+        release_in_order(entries, returns, settle);
         Ok(detached)
     }
 
@@ -53,13 +49,7 @@ impl Tracer {
         let (_, entries, returns) = self.take_phase_links(ids)?;
         let thread = std::thread::Builder::new()
             .name("wprof-detach".into())
-            .spawn(move || {
-                drop_together(entries);
-                if !returns.is_empty() {
-                    std::thread::sleep(settle);
-                }
-                drop_together(returns);
-            })
+            .spawn(move || release_in_order(entries, returns, settle))
             .context("start a thread to detach probes")?;
         Ok(Detaching { thread })
     }
@@ -208,6 +198,20 @@ impl Detaching {
     pub fn wait(self) {
         let _ = self.thread.join();
     }
+}
+
+/// Releases entry links, then after `settle` (the calls in flight return meanwhile) the return
+/// links.
+fn release_in_order(
+    entries: Vec<UProbeLink>,
+    returns: Vec<UProbeLink>,
+    settle: std::time::Duration,
+) {
+    drop_together(entries);
+    if !returns.is_empty() {
+        std::thread::sleep(settle);
+    }
+    drop_together(returns);
 }
 
 /// Drops links all at once: each release waits for the kernel's uprobe grace period (~0.1-0.3

@@ -562,6 +562,17 @@ pub(crate) fn verified(name: &str, r: Result<(), aya::programs::ProgramError>) -
     }
 }
 
+/// CLOCK_MONOTONIC now, ns: the clock of bpf_ktime_get_ns and so of every span.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Whether a process exists and has not exited (a zombie counts as exited).
 pub fn process_alive(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {

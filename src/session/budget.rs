@@ -290,11 +290,14 @@ impl<'a> Keeper<'a> {
 
     /// Phases probed now (not moved to sampling).
     fn probed(&self) -> Vec<u32> {
+        self.probed_phases().map(|p| p.id).collect()
+    }
+
+    /// [`Keeper::probed`], the phases themselves.
+    fn probed_phases(&self) -> impl Iterator<Item = &ResolvedPhase> {
         self.phases
             .iter()
             .filter(|p| p.is_probed() && !self.moved.iter().any(|m| m.id == p.id))
-            .map(|p| p.id)
-            .collect()
     }
 
     /// Call after every drain: runs the duty cycle and settles the excused returns.
@@ -334,25 +337,21 @@ impl<'a> Keeper<'a> {
     /// taking the tree's levels in turn (`aggregate::insitu_cuts`). The probes come off in the
     /// background; the epoch begins when they are off.
     fn step_epochs(&mut self, tracer: &mut Tracer, agg: &mut Aggregator) {
-        if let Some((d, _)) = &self.detaching {
+        if let Some((d, cut)) = self.detaching.take() {
+            // Returns that find no frame meanwhile are the switch's: still excused.
+            if let Some((_, at)) = &mut self.mark {
+                *at = Instant::now();
+            }
             if !d.done() {
-                // Returns that find no frame meanwhile are the switch's: still excused.
-                if let Some((_, at)) = &mut self.mark {
-                    *at = Instant::now();
-                }
+                self.detaching = Some((d, cut));
                 return;
             }
-            if let Some((d, cut)) = self.detaching.take() {
-                d.wait();
-                if let Some(l) = agg.light_epochs() {
-                    l.begin(super::monotonic_ns(), &cut);
-                }
-                if let Some(e) = self.epochs.as_mut() {
-                    e.switched();
-                }
-                if let Some((_, at)) = &mut self.mark {
-                    *at = Instant::now();
-                }
+            d.wait();
+            if let Some(l) = agg.light_epochs() {
+                l.begin(super::monotonic_ns(), &cut);
+            }
+            if let Some(e) = self.epochs.as_mut() {
+                e.switched();
             }
             return;
         }
@@ -362,13 +361,9 @@ impl<'a> Keeper<'a> {
         let done = match step {
             Step::GoLight => {
                 let detachable: Vec<u32> = self
-                    .probed()
-                    .into_iter()
-                    .filter(|id| {
-                        self.phases
-                            .iter()
-                            .any(|p| p.id == *id && p.kernel.is_none())
-                    })
+                    .probed_phases()
+                    .filter(|p| p.kernel.is_none())
+                    .map(|p| p.id)
                     .collect();
                 let cuts = insitu_cuts::plan(&agg.node_shape(), &detachable);
                 let Some(cut) = cuts.get(self.cut_turn % cuts.len().max(1)).cloned() else {
@@ -378,17 +373,18 @@ impl<'a> Keeper<'a> {
                 };
                 self.cut_turn += 1;
                 self.light_phases = cut.detach.clone();
-                let (light, wait) = (self.light_phases.clone(), settle(agg, &self.light_phases));
-                if let Some(l) = agg.light_epochs() {
-                    l.begin_transition(super::monotonic_ns());
-                }
-                let done = self.switching(tracer, |t| t.detach_phases_in_background(&light, wait));
-                if done.is_err() {
+                let wait = settle(agg, &cut.detach);
+                // No span is aggregated until this returns: the transition may be stamped
+                // once the release has started.
+                let at = super::monotonic_ns();
+                let done =
+                    self.switching(tracer, |t| t.detach_phases_in_background(&cut.detach, wait));
+                done.map(|d| {
                     if let Some(l) = agg.light_epochs() {
-                        l.end(super::monotonic_ns());
+                        l.begin_transition(at);
                     }
-                }
-                done.map(|d| self.detaching = Some((d, cut)))
+                    self.detaching = Some((d, cut));
+                })
             }
             Step::GoFull => {
                 if let Some(l) = agg.light_epochs() {
@@ -399,12 +395,12 @@ impl<'a> Keeper<'a> {
                 if let Some(l) = agg.light_epochs() {
                     l.end(super::monotonic_ns());
                 }
+                if let Some(e) = self.epochs.as_mut() {
+                    e.switched();
+                }
                 done
             }
         };
-        if let Some(e) = self.epochs.as_mut() {
-            e.switched();
-        }
         if let Err(e) = done {
             eprintln!("wprof: warning: in-situ epochs: {e:#}");
         }

@@ -109,16 +109,7 @@ fn bytes_text(n: u32) -> String {
     }
 }
 
-/// CLOCK_MONOTONIC now, ns: the clock of bpf_ktime_get_ns and so of every span.
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(crate) use crate::attach::monotonic_ns;
 
 /// One-line text of a resolution status.
 pub fn status_text(s: &Status) -> String {
