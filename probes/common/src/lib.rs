@@ -208,6 +208,27 @@ pub struct GuardAsk {
     pub slots: [GuardSlot; GUARD_SLOTS],
 }
 
+/// What an unwind guard program needs after it may have slept, in the thread's
+/// [`ThreadStack`]: everything else is read again from the maps once it wakes.
+#[repr(C)]
+#[derive(Copy, Clone, Debug, Default)]
+pub struct GuardState {
+    /// The stack pointer at the unwinder's entry or at the catch.
+    pub sp: u64,
+    /// A slot value the guard takes for the uretprobe trampoline until its code is read.
+    pub tramp_candidate: u64,
+    /// The id of the request to wprof the thread waits on.
+    pub ask_id: u64,
+    /// When the wait ends without an answer (CLOCK_MONOTONIC ns).
+    pub ask_deadline: u64,
+    /// Slots wprof wrote, from its answer.
+    pub ask_written: u64,
+    /// The counter the slots written add to.
+    pub ask_counter: u32,
+    /// 1 once wprof answered.
+    pub ask_done: u32,
+}
+
 /// wprof's answer to a [`GuardAsk`], in `GUARD_DONE` under the thread's key.
 #[repr(C)]
 #[derive(Copy, Clone, Debug, Default)]
@@ -267,6 +288,11 @@ pub struct ThreadStack {
     pub pending: u32,
     /// Explicit padding (the struct is shared with BPF byte for byte).
     pub _pad: u32,
+    /// The unwind guard's state while one of its programs runs on this thread, kept here and
+    /// not on the BPF stack: on 6.13+ kernels a uprobe program's stack is a per-CPU private
+    /// stack, which any BPF program run on the CPU while the guard sleeps (a page fault, its
+    /// wait for wprof) writes over. See [`GuardState`].
+    pub guard: GuardState,
     /// Completed calls (`Span` events) queued until their root call returns, the queue is
     /// full or [`SPAN_QUEUE_FLUSH_NS`] passed: one ring-buffer record carries them all,
     /// instead of one record a call.

@@ -25,6 +25,13 @@
 //! wprof answers (`GUARD_DONE`), so the unwinder only starts once the slots are written. The
 //! wait gives its CPU up while it lasts (see [`wait_step`]) and ends after [`ASK_DEADLINE_NS`]
 //! at most (`UNWIND_LATE`: the unwind then goes on as it would have without the guard).
+//!
+//! Nothing on the BPF stack outlives a helper call that may sleep (the trampoline page's fault
+//! in [`learn_trampoline`], the wait): on 6.13+ kernels a uprobe program's stack is a per-CPU
+//! private stack, and the programs other threads run on the CPU meanwhile write over it
+//! (measured: 10% of the clang++ 4-thread runs ended in `std::terminate`, a waiting program
+//! reading another's locals as its thread's stack). What a program needs after such a call is
+//! in its thread's `ThreadStack::guard`, and it looks the stack up again to read it.
 
 use core::ffi::c_void;
 
@@ -78,56 +85,56 @@ const ASK_DEADLINE_NS: u64 = 2_000_000_000;
 /// An unwinder entry: put back the original return address of every open uretprobe frame.
 #[uprobe(sleepable)]
 pub fn wprof_unwind(ctx: ProbeContext) -> u32 {
-    disarm::<false>(sp_of(&ctx));
+    guard::<false, false>(sp_of(&ctx));
     0
 }
 
 /// An unwinder entry (uprobe_multi link).
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_unwind(ctx: ProbeContext) -> u32 {
-    disarm::<false>(sp_of(&ctx));
+    guard::<false, false>(sp_of(&ctx));
     0
 }
 
 /// A catch: close the frames the unwind skipped, re-arm the live ones.
 #[uprobe(sleepable)]
 pub fn wprof_catch(ctx: ProbeContext) -> u32 {
-    rearm::<false>(sp_of(&ctx));
+    guard::<false, true>(sp_of(&ctx));
     0
 }
 
 /// A catch (uprobe_multi link).
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_catch(ctx: ProbeContext) -> u32 {
-    rearm::<false>(sp_of(&ctx));
+    guard::<false, true>(sp_of(&ctx));
     0
 }
 
 /// [`wprof_unwind`], the writes made by wprof.
 #[uprobe(sleepable)]
 pub fn wprof_unwind_ask(ctx: ProbeContext) -> u32 {
-    disarm::<true>(sp_of(&ctx));
+    guard::<true, false>(sp_of(&ctx));
     0
 }
 
 /// [`wprof_m_unwind`], the writes made by wprof.
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_unwind_ask(ctx: ProbeContext) -> u32 {
-    disarm::<true>(sp_of(&ctx));
+    guard::<true, false>(sp_of(&ctx));
     0
 }
 
 /// [`wprof_catch`], the writes made by wprof.
 #[uprobe(sleepable)]
 pub fn wprof_catch_ask(ctx: ProbeContext) -> u32 {
-    rearm::<true>(sp_of(&ctx));
+    guard::<true, true>(sp_of(&ctx));
     0
 }
 
 /// [`wprof_m_catch`], the writes made by wprof.
 #[uprobe(multi, sleepable)]
 pub fn wprof_m_catch_ask(ctx: ProbeContext) -> u32 {
-    rearm::<true>(sp_of(&ctx));
+    guard::<true, true>(sp_of(&ctx));
     0
 }
 
@@ -150,38 +157,102 @@ fn thread_stack() -> Option<&'static mut ThreadStack> {
     Some(unsafe { &mut *st })
 }
 
-/// Whether `v`, found in an armed frame's return slot, is the kernel's uretprobe trampoline:
-/// the one already seen on this thread, or else a page-aligned address (the trampoline opens
-/// the kernel's page of probe instructions) whose code is the trampoline's. Learned once.
+/// One of the guard's programs at stack pointer `sp`: a catch (`REARM`) or an unwinder entry,
+/// its writes made by wprof with `ASK`.
 #[inline(always)]
-fn is_trampoline(st: &mut ThreadStack, v: u64) -> bool {
-    if st.tramp != 0 {
-        return v == st.tramp;
+fn guard<const ASK: bool, const REARM: bool>(sp: u64) {
+    if !prepare::<REARM>(sp) {
+        return;
     }
-    if v == 0 || v & 0xfff != 0 {
+    // Looked up again, with `sp`: `prepare` may have slept.
+    let Some(st) = thread_stack() else {
+        return;
+    };
+    let sp = st.guard.sp;
+    if REARM {
+        rearm::<ASK>(st, sp);
+    } else {
+        disarm::<ASK>(st, sp);
+    }
+}
+
+/// Notes `sp` in the thread's guard state and, at an unwind on a thread that has not seen the
+/// trampoline yet, learns it ([`learn_trampoline`]). False when the thread is not traced.
+#[inline(always)]
+fn prepare<const REARM: bool>(sp: u64) -> bool {
+    let Some(st) = thread_stack() else {
         return false;
+    };
+    st.guard.sp = sp;
+    if REARM || st.tramp != 0 {
+        return true;
     }
-    // The page may never have been touched (no call has returned through the trampoline
-    // yet): a sleepable program's copy faults it in, where bpf_probe_read_user would fail.
+    let candidate = trampoline_candidate(st, sp);
+    if candidate != 0 {
+        st.guard.tramp_candidate = candidate;
+        learn_trampoline();
+    }
+    true
+}
+
+/// What the innermost open uretprobe frame above `sp` holds in its return slot, when that is
+/// not its return address but a page-aligned address (the trampoline opens the kernel's page of
+/// probe instructions); 0 when no frame has such a value.
+#[inline(always)]
+fn trampoline_candidate(st: &ThreadStack, sp: u64) -> u64 {
+    let len = st.len as usize;
+    if len > MAX_DEPTH {
+        return 0;
+    }
+    let mut i = len;
+    for _ in 0..MAX_DEPTH {
+        if i == 0 {
+            break;
+        }
+        i -= 1;
+        let f = st.frames[slot(i)];
+        if f.uretprobe & FRAME_URETPROBE == 0 || f.sp <= sp {
+            continue;
+        }
+        // SAFETY: reads 8 bytes of the thread's stack; a fault just yields an error.
+        let Ok(v) = (unsafe { bpf_probe_read_user(f.sp as *const u64) }) else {
+            continue;
+        };
+        if v != f.ret_addr && v != 0 && v & 0xfff == 0 {
+            return v;
+        }
+    }
+    0
+}
+
+/// Takes the thread's trampoline candidate for the trampoline if its code is the trampoline's
+/// (`ThreadStack::tramp`, learned once a thread). The page may never have been touched (no
+/// call has returned through the trampoline yet): a sleepable program's copy faults it in,
+/// where bpf_probe_read_user would fail. The copy may sleep, so after it only its result, the
+/// bytes it wrote and the stack looked up again are used.
+#[inline(always)]
+fn learn_trampoline() {
+    let Some(st) = thread_stack() else {
+        return;
+    };
+    let v = st.guard.tramp_candidate;
     let mut code = [0u8; 4];
     // SAFETY: copies 4 bytes of the traced process's memory into `code`; a fault that cannot
     // be served just yields an error.
     let rc = unsafe { bpf_copy_from_user(code.as_mut_ptr().cast(), 4, v as *const c_void) };
-    if rc != 0 {
-        return false;
+    let Some(st) = thread_stack() else {
+        return;
+    };
+    if rc == 0 && (code == TRAMPOLINE_SYSCALL || code[0] == TRAMPOLINE_INT3) {
+        st.tramp = st.guard.tramp_candidate;
     }
-    if code == TRAMPOLINE_SYSCALL || code[0] == TRAMPOLINE_INT3 {
-        st.tramp = v;
-        return true;
-    }
-    false
 }
 
 /// Where the guard's writes go: straight into the thread's stack (`bpf_probe_write_user`), or,
 /// with `ASK`, marked on the frames ([`FRAME_ASK`]) and sent to wprof once all are known
 /// ([`Writes::finish`]), the thread waiting for its answer. The request is reserved in the
 /// ring only then: a record reserved before a program sleeps (a page fault in
-/// [`is_trampoline`]) would hold up every request behind it.
+/// [`learn_trampoline`]) would hold up every request behind it.
 /// (A count of its own would multiply the verifier's states: each write bumps the counter
 /// instead, and `marked` is only set.)
 struct Writes<const ASK: bool> {
@@ -224,7 +295,7 @@ impl<const ASK: bool> Writes<ASK> {
     /// the slots it wrote to the counter; `UNWIND_LATE` when the answer did not come in time
     /// or the request could not be made.
     #[inline(always)]
-    fn finish(self, st: &mut ThreadStack, key: u64, sp: u64, rearm: bool) {
+    fn finish(self, st: &mut ThreadStack, key: u64, rearm: bool) {
         if !ASK || !self.marked {
             return;
         }
@@ -237,6 +308,11 @@ impl<const ASK: bool> Writes<ASK> {
         };
         // SAFETY: plain helper call.
         let id = unsafe { bpf_ktime_get_ns() };
+        st.guard.ask_id = id;
+        st.guard.ask_deadline = id + ASK_DEADLINE_NS;
+        st.guard.ask_counter = self.counter;
+        st.guard.ask_written = 0;
+        st.guard.ask_done = 0;
         // SAFETY: fills the reserved record; no helper that may sleep runs until it is sent.
         unsafe {
             let a = entry.as_mut_ptr();
@@ -265,29 +341,16 @@ impl<const ASK: bool> Writes<ASK> {
             }
         }
         entry.submit(BPF_RB_FORCE_WAKEUP as u64);
-        let mut w = Wait {
-            key,
-            id,
-            sp,
-            // SAFETY: plain helper call.
-            deadline: unsafe { bpf_ktime_get_ns() } + ASK_DEADLINE_NS,
-            written: 0,
-            done: 0,
+        wait_for_answer();
+        // The wait slept: only what the thread's stack holds is used after it.
+        let Some(st) = thread_stack() else {
+            return;
         };
-        // SAFETY: `wait_step` is a static function of this object taking the context given.
-        unsafe {
-            bpf_loop(
-                1 << 23,
-                wait_step as *mut c_void,
-                (&mut w as *mut Wait).cast(),
-                0,
-            )
-        };
-        if w.done == 0 {
+        if st.guard.ask_done == 0 {
             bump(counter::UNWIND_LATE);
             return;
         }
-        bump_by(self.counter, w.written);
+        bump_by(st.guard.ask_counter, st.guard.ask_written);
     }
 }
 
@@ -302,37 +365,48 @@ fn clear_marks(st: &mut ThreadStack) {
     }
 }
 
-/// What [`wait_step`] waits for.
-#[repr(C)]
-struct Wait {
-    key: u64,
-    id: u64,
-    /// The thread's stack pointer: a mapped address of its own.
-    sp: u64,
-    deadline: u64,
-    written: u64,
-    done: u64,
+/// Waits for wprof's answer to the thread's request (`ThreadStack::guard`), at most until its
+/// deadline: [`wait_step`] over and over. No context goes to the steps (a pointer into this
+/// program's stack would not survive their sleeps), and the flags are 0 only at run time
+/// (`pid_tgid >> 63`), so the verifier keeps the helper rather than inline the loop with its
+/// counter on the stack.
+#[inline(always)]
+fn wait_for_answer() {
+    let flags = bpf_get_current_pid_tgid() >> 63;
+    // SAFETY: `wait_step` is a static function of this object; no context.
+    unsafe {
+        bpf_loop(
+            1 << 23,
+            wait_step as *mut c_void,
+            core::ptr::null_mut(),
+            flags,
+        )
+    };
 }
 
 /// One step of the wait for wprof's answer (a `bpf_loop` callback): 1 once it came or the
 /// deadline passed. A busy-wait would hold the CPU on a kernel without preemption (wprof
-/// could then never run on it), so each step also reads 8 bytes of the thread's own memory
+/// could then never run on it), so each step also reads a byte of the thread's own stack
 /// through `bpf_copy_from_user_task`: its page walk offers the CPU to whichever task waits
-/// for it (`cond_resched`).
+/// for it (`cond_resched`). Nothing is used after that call.
 #[inline(never)]
-extern "C" fn wait_step(_index: u32, ctx: *mut c_void) -> i64 {
-    // SAFETY: `ctx` is the `Wait` `finish` passed to bpf_loop.
-    let w = unsafe { &mut *ctx.cast::<Wait>() };
+extern "C" fn wait_step(_index: u32, _ctx: *mut c_void) -> i64 {
+    let key = bpf_get_current_pid_tgid();
+    let Some(st) = STACKS.get_ptr_mut(&key) else {
+        return 1;
+    };
+    // SAFETY: the thread's own stack (see `thread_stack`).
+    let g = unsafe { &mut (*st).guard };
     // SAFETY: a lookup in a map of plain values.
-    if let Some(d) = unsafe { GUARD_DONE.get(&w.key) } {
-        if d.id == w.id {
-            w.written = d.written;
-            w.done = 1;
+    if let Some(d) = unsafe { GUARD_DONE.get(&key) } {
+        if d.id == g.ask_id {
+            g.ask_written = d.written;
+            g.ask_done = 1;
             return 1;
         }
     }
     // SAFETY: plain helper call.
-    if unsafe { bpf_ktime_get_ns() } >= w.deadline {
+    if unsafe { bpf_ktime_get_ns() } >= g.ask_deadline {
         return 1;
     }
     let mut byte = 0u8;
@@ -342,7 +416,7 @@ extern "C" fn wait_step(_index: u32, ctx: *mut c_void) -> i64 {
         bpf_copy_from_user_task(
             (&mut byte as *mut u8).cast(),
             1,
-            w.sp as *const c_void,
+            g.sp as *const c_void,
             bpf_get_current_task_btf(),
             0,
         )
@@ -353,10 +427,7 @@ extern "C" fn wait_step(_index: u32, ctx: *mut c_void) -> i64 {
 /// Puts back the original return address of the open uretprobe frames above `sp` (the
 /// unwinder's own entry stack pointer: everything the unwind walks lies above it).
 #[inline(always)]
-fn disarm<const ASK: bool>(sp: u64) {
-    let Some(st) = thread_stack() else {
-        return;
-    };
+fn disarm<const ASK: bool>(st: &mut ThreadStack, sp: u64) {
     bump(counter::UNWINDS);
     // Frames below the unwinder's entry are long gone (a longjmp we did not see).
     abandon_below(st, sp, None);
@@ -387,7 +458,7 @@ fn disarm<const ASK: bool>(sp: u64) {
             // Already the real address (disarmed before, or the kernel kept this one).
             continue;
         }
-        if !is_trampoline(st, v) {
+        if st.tramp == 0 || v != st.tramp {
             bump(counter::UNWIND_FOREIGN);
             continue;
         }
@@ -398,7 +469,7 @@ fn disarm<const ASK: bool>(sp: u64) {
             st.frames[k].uretprobe |= FRAME_DISARMED;
         }
     }
-    writes.finish(st, key, sp, false);
+    writes.finish(st, key, false);
 }
 
 /// At a catch whose entry stack pointer is `sp`: the frames the unwind skipped lie at or below
@@ -406,10 +477,7 @@ fn disarm<const ASK: bool>(sp: u64) {
 /// called) and are closed as abandoned; a disarmed frame above it still runs and gets the
 /// trampoline back if its slot still holds its return address.
 #[inline(always)]
-fn rearm<const ASK: bool>(sp: u64) {
-    let Some(st) = thread_stack() else {
-        return;
-    };
+fn rearm<const ASK: bool>(st: &mut ThreadStack, sp: u64) {
     // SAFETY: reads 8 bytes of the thread's stack; a fault just yields an error.
     let ret = unsafe { bpf_probe_read_user(sp as *const u64) }.unwrap_or(0);
     abandon_below(st, sp, Some(ret));
@@ -465,5 +533,5 @@ fn rearm<const ASK: bool>(sp: u64) {
         // this guard put there.
         writes.write(st, k, tramp);
     }
-    writes.finish(st, key, sp, true);
+    writes.finish(st, key, true);
 }
