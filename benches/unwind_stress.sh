@@ -6,13 +6,18 @@
 # Where the kernel refuses BPF's writes to the stacks, the guard's writes go through wprof
 # (docs/design-notes.md): this is the repeated run behind docs/benchmarks.md §24.
 #
-# Run as root: benches/unwind_stress.sh [PASSES]     (default 4)
+# Each pass also runs the 4-thread case short (`threads 4 50`, 4 threads' first exceptions
+# together) SHORT_RUNS times a program (default 10): the runs where the guard's programs sleep
+# while other threads' programs run on their CPU (docs/benchmarks.md §24).
+#
+# Run as root: benches/unwind_stress.sh [PASSES] [SHORT_RUNS]     (defaults 4, 10)
 set -euo pipefail
 unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 # shellcheck source=benches/setup.sh
 . benches/setup.sh
 PASSES=${1:-4}
+SHORT_RUNS=${2:-10}
 F=target/tmp/fixtures
 [ -x "$F/unwind-torture" ] || bash tests/fixtures/build.sh "$F" >/dev/null
 tmp=$(mktemp -d)
@@ -22,7 +27,9 @@ secs() { local t0 rc; t0=$(date +%s.%N); "$@" >"$tmp/out" 2>"$tmp/err" && rc=0 |
 printf '%-6s %-22s %-18s %10s %10s\n' pass program case untraced_s traced_s
 for pass in $(seq "$PASSES"); do
   for prog in unwind-torture unwind-torture-clang; do
-    for c in "nested 20" "rethrow 50" "dtor 50" "cancel 4" "backtrace 20" terminate noexcept "threads 4 25000"; do
+    short=()
+    for _ in $(seq "$SHORT_RUNS"); do short+=("threads 4 50"); done
+    for c in "nested 20" "rethrow 50" "dtor 50" "cancel 4" "backtrace 20" terminate noexcept "threads 4 25000" "${short[@]}"; do
       # shellcheck disable=SC2086  # the case's words are its arguments
       read -r rc0 t0 < <(secs "$F/$prog" $c)
       a=$(grep -v '^wprof' "$tmp/out" | tail -n1 || true)
