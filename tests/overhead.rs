@@ -262,6 +262,90 @@ fn over_budget_moves_hot_leaves_to_sampling_and_keeps_the_root_exact() {
     );
 }
 
+/// Spins of a ~100 µs write of seven phases: ~70,000 calls a second, under `--aggregate
+/// auto`'s own 200,000, while every phase probed costs ~10% of the write.
+const SLOW_SPINS: &[&str] = &[
+    "--write-us",
+    "30",
+    "--encode-us",
+    "10",
+    "--persist-us",
+    "10",
+    "--compress-us",
+    "10",
+    "--flush-us",
+    "10",
+    "--wal-us",
+    "10",
+    "--sync-us",
+    "20",
+];
+
+#[test]
+fn over_budget_with_aggregate_auto_aggregates_in_the_kernel_first() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let before = wprof_program_ids();
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let out = run(wprof()
+        .args([
+            "record",
+            "--target",
+            "fixture",
+            "--max-overhead",
+            "5",
+            "--aggregate",
+            "auto",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "20000"])
+        .args(SLOW_SPINS));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // The switch is the budget's (the call rate is under auto's own threshold), and it comes
+    // before any phase moves.
+    let switched = stderr
+        .find("aggregating in the kernel from now on")
+        .unwrap_or_else(|| panic!("no switch: {stderr}"));
+    assert!(
+        stderr[..switched].contains("above the probes'")
+            || stderr[..switched].contains("above --max-overhead"),
+        "{stderr}"
+    );
+    if let Some(moved) = stderr.find("moved to CPU sampling:") {
+        assert!(moved > switched, "{stderr}");
+    }
+    let run = read_json(&json);
+    assert_eq!(
+        run["provenance"]["aggregation"],
+        "kernel",
+        "{}",
+        summary(&run)
+    );
+    assert_eq!(run["provenance"]["end_reason"], "traced process exited");
+    // The root stays exact across the switch: the calls before it are merged with the maps'.
+    assert_eq!(
+        u(node(&run, &["write_record"]), "count"),
+        20000,
+        "{}",
+        summary(&run)
+    );
+    for c in ["unmatched_returns", "lost_spans"] {
+        assert_eq!(u(&run["counters"], c), 0, "{c}: {}", summary(&run));
+    }
+    assert!(
+        wprof_leftovers(&before).is_empty(),
+        "{:?}",
+        wprof_leftovers(&before)
+    );
+}
+
 #[test]
 fn a_budget_that_is_not_a_percentage_is_a_usage_error() {
     for bad in ["0", "150%", "five"] {

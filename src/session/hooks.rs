@@ -1,6 +1,7 @@
 //! What the collect loop calls back into while a run goes on: late attach when a traced
 //! process loads a library, and after every drain the tracer's chores, the overhead watch,
-//! the `--max-overhead` budget and the `--aggregate auto` switch.
+//! the `--max-overhead` budget and the `--aggregate auto` switch (above 200,000 calls a second,
+//! or, under a budget, as its first step when the probes go over it).
 //!
 //! In: the tracer, the pending late phases, the overhead watch and the budget keeper. Out:
 //! Some(reason) from [`trace_loop::Hooks::tick`] when the budget ends the run; whether the run
@@ -68,25 +69,53 @@ impl RunHooks<'_> {
     /// `--aggregate auto`: switches once the last second's call rate passes the threshold.
     fn maybe_switch(&mut self) {
         let rate = self.overhead.calls_per_s;
-        if self.switched || rate < AUTO_KERNEL_CALLS_PER_S {
-            return;
+        if rate >= AUTO_KERNEL_CALLS_PER_S {
+            self.switch_to_kernel(&format!("{rate:.0} calls/s"));
+        }
+    }
+
+    /// `--aggregate auto` under `--max-overhead`, over the budget at `pct`: aggregating in the
+    /// kernel comes before any phase moves to sampling, since it keeps every phase exact and
+    /// takes wprof's reading of each call out of the cost. Whether it switched now (the next
+    /// measurement then tells whether that was enough).
+    fn switch_for_budget(&mut self, pct: f64) -> bool {
+        let why = format!(
+            "probes and their reading took {pct:.1}% of {} CPU time, above {}",
+            self.overhead.whose_cpu(),
+            self.overhead.budget_phrase()
+        );
+        self.switch_to_kernel(&why)
+    }
+
+    /// Switches to in-kernel aggregation if `--aggregate auto` still may, saying `why`;
+    /// whether it did.
+    fn switch_to_kernel(&mut self, why: &str) -> bool {
+        if self.switched {
+            return false;
         }
         match std::mem::replace(&mut self.auto, AutoSwitch::Off) {
             AutoSwitch::Allowed => match self.tracer.aggregate_in_kernel() {
                 Ok(()) => {
                     self.switched = true;
                     eprintln!(
-                        "wprof: {rate:.0} calls/s: aggregating in the kernel from now on \
+                        "wprof: {why}: aggregating in the kernel from now on \
                          (--aggregate auto; the calls so far are kept)"
                     );
+                    true
                 }
-                Err(e) => eprintln!("wprof: warning: could not aggregate in the kernel: {e:#}"),
+                Err(e) => {
+                    eprintln!("wprof: warning: could not aggregate in the kernel: {e:#}");
+                    false
+                }
             },
-            AutoSwitch::Blocked(why) => eprintln!(
-                "wprof: {rate:.0} calls/s: staying per event (--aggregate auto) because {why} \
-                 needs every call"
-            ),
-            AutoSwitch::Off => {}
+            AutoSwitch::Blocked(opts) => {
+                eprintln!(
+                    "wprof: {why}: staying per event (--aggregate auto) because {opts} needs \
+                     every call"
+                );
+                false
+            }
+            AutoSwitch::Off => false,
         }
     }
 }
@@ -135,6 +164,10 @@ impl trace_loop::Hooks for RunHooks<'_> {
             .tick(self.tracer, traced.iter().copied(), samples);
         self.maybe_switch();
         let pct = over?;
+        if self.switch_for_budget(pct) {
+            self.overhead.rebase(self.tracer, &traced);
+            return None;
+        }
         let moved = self.keeper.moved.len();
         let end = self.keeper.over(self.tracer, &self.overhead, pct, &*agg);
         if self.keeper.moved.len() != moved {
