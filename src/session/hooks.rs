@@ -162,12 +162,18 @@ impl trace_loop::Hooks for RunHooks<'_> {
         let over = self
             .overhead
             .tick(self.tracer, traced.iter().copied(), samples);
+        // A switch to the kernel this tick (auto's rate, or the budget's first step) makes the
+        // figure just measured stale (it counted wprof reading every call): the budget acts on
+        // the next one.
+        let was_switched = self.switched;
         self.maybe_switch();
-        let pct = over?;
-        if self.switch_for_budget(pct) {
+        let switched_now =
+            self.switched != was_switched || over.is_some_and(|pct| self.switch_for_budget(pct));
+        if switched_now {
             self.overhead.rebase(self.tracer, &traced);
             return None;
         }
+        let pct = over?;
         let moved = self.keeper.moved.len();
         let end = self.keeper.over(self.tracer, &self.overhead, pct, &*agg);
         if self.keeper.moved.len() != moved {
