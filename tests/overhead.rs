@@ -290,23 +290,18 @@ fn over_budget_with_aggregate_auto_aggregates_in_the_kernel_first() {
     let before = wprof_program_ids();
     let dir = tempdir();
     let json = dir.path().join("run.json");
-    let out = run(wprof()
-        .args([
-            "record",
-            "--target",
-            "fixture",
-            "--max-overhead",
-            "5",
-            "--aggregate",
-            "auto",
-            "--json",
-        ])
-        .arg(&json)
-        .arg("--")
-        .arg(fixture("writepath"))
-        .args(["--iterations", "20000"])
-        .args(SLOW_SPINS));
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let writepath_args: Vec<&str> = ["--iterations", "20000"]
+        .iter()
+        .chain(SLOW_SPINS)
+        .copied()
+        .collect();
+    let (out, run) = record_fixture(
+        &json,
+        &["--max-overhead", "5", "--aggregate", "auto"],
+        "writepath",
+        &writepath_args,
+        &[],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     // The switch is the budget's (the call rate is under auto's own threshold), and it comes
     // before any phase moves.
@@ -321,7 +316,6 @@ fn over_budget_with_aggregate_auto_aggregates_in_the_kernel_first() {
     if let Some(moved) = stderr.find("moved to CPU sampling:") {
         assert!(moved > switched, "{stderr}");
     }
-    let run = read_json(&json);
     assert_eq!(
         run["provenance"]["aggregation"],
         "kernel",

@@ -69,7 +69,7 @@ impl RunHooks<'_> {
     /// `--aggregate auto`: switches once the last second's call rate passes the threshold.
     fn maybe_switch(&mut self) {
         let rate = self.overhead.calls_per_s;
-        if rate >= AUTO_KERNEL_CALLS_PER_S {
+        if self.auto_pending() && rate >= AUTO_KERNEL_CALLS_PER_S {
             self.switch_to_kernel(&format!("{rate:.0} calls/s"));
         }
     }
@@ -79,6 +79,9 @@ impl RunHooks<'_> {
     /// takes wprof's reading of each call out of the cost. Whether it switched now (the next
     /// measurement then tells whether that was enough).
     fn switch_for_budget(&mut self, pct: f64) -> bool {
+        if !self.auto_pending() {
+            return false;
+        }
         let why = format!(
             "probes and their reading took {pct:.1}% of {} CPU time, above {}",
             self.overhead.whose_cpu(),
@@ -87,12 +90,15 @@ impl RunHooks<'_> {
         self.switch_to_kernel(&why)
     }
 
+    /// Whether `--aggregate auto` has yet to switch or say why it cannot (after either, or
+    /// without it, `auto` is `Off`).
+    fn auto_pending(&self) -> bool {
+        !matches!(self.auto, AutoSwitch::Off)
+    }
+
     /// Switches to in-kernel aggregation if `--aggregate auto` still may, saying `why`;
     /// whether it did.
     fn switch_to_kernel(&mut self, why: &str) -> bool {
-        if self.switched {
-            return false;
-        }
         match std::mem::replace(&mut self.auto, AutoSwitch::Off) {
             AutoSwitch::Allowed => match self.tracer.aggregate_in_kernel() {
                 Ok(()) => {
