@@ -48,7 +48,12 @@ impl Tracer {
         typed(map, name::EVENTS)
     }
 
-    /// The user and kernel stacks that CPU samples and off-CPU records refer to.
+    /// The stacks CPU samples carried in their records, as the collector stores them.
+    pub(crate) fn copied_stacks(&self) -> crate::collect::copied_stacks::SharedStacks {
+        self.copied_stacks.clone()
+    }
+
+    /// The user and kernel stacks that off-CPU records refer to.
     pub(crate) fn stack_traces(&self) -> Result<StackTraceMap<&MapData>> {
         typed(self.map(name::STACK_TRACES)?, name::STACK_TRACES)
     }

@@ -132,6 +132,8 @@ pub struct Tracer {
     usdt_links: Vec<usdt::UsdtLink>,
     /// When [`Tracer::sweep_exited_threads`] last ran.
     last_sweep: std::time::Instant,
+    /// The stacks CPU samples carried, stored by the collector.
+    copied_stacks: crate::collect::copied_stacks::SharedStacks,
 }
 
 /// One calibration function to probe (`probe_cost::calibrate`).
@@ -206,6 +208,7 @@ impl Tracer {
             sampler: None,
             phase_plans: Default::default(),
             phase_links: Default::default(),
+            copied_stacks: Default::default(),
             usdt_links: Vec::new(),
             last_sweep: std::time::Instant::now(),
         };

@@ -5,6 +5,7 @@
 //! [`EndState`] (per-node lost/abandoned/open counts, per-phase hit counts, global counters);
 //! with in-kernel aggregation also the per-node summaries and histograms ([`kernel`]).
 
+pub mod copied_stacks;
 pub mod kernel;
 pub mod keys;
 
@@ -12,7 +13,9 @@ use std::os::fd::{AsRawFd, RawFd};
 
 use anyhow::{Context, Result};
 use aya::maps::{MapData, RingBuf};
-use wprof_common::{counter, Event, EventKind, NodeKey, PhaseCounters, StackEvent};
+use wprof_common::{counter, CpuSampleEvent, Event, EventKind, NodeKey, PhaseCounters, StackEvent};
+
+use copied_stacks::SharedStacks;
 
 use crate::aggregate::EndCounters;
 use crate::attach::Tracer;
@@ -22,6 +25,8 @@ pub struct Collector {
     ring: RingBuf<MapData>,
     /// Grouped nodes' strings read since the last [`Collector::take_keys`].
     keys: Vec<(u64, String)>,
+    /// Where the stacks CPU samples carry go (the tracer's).
+    copied: SharedStacks,
 }
 
 /// Counters read from BPF when the run ends.
@@ -76,6 +81,7 @@ impl Collector {
         Ok(Collector {
             ring: tracer.take_events()?,
             keys: Vec::new(),
+            copied: tracer.copied_stacks(),
         })
     }
 
@@ -115,7 +121,12 @@ impl Collector {
                     .filter_map(|c| read(c))
                     .for_each(|e| sink(&e)),
                 Some(NODE_DEF | FORK | MAPS_CHANGED) => read(&item).iter().for_each(&mut sink),
-                Some(CPU_SAMPLE | OFF_CPU) => read(&item).iter().for_each(&mut stacks),
+                Some(CPU_SAMPLE) => {
+                    if let Some(s) = read::<CpuSampleEvent>(&item) {
+                        stacks(&with_stack_ids(&self.copied, &s));
+                    }
+                }
+                Some(OFF_CPU) => read(&item).iter().for_each(&mut stacks),
                 Some(NODE_KEY) => {
                     if let Some(k) = read::<NodeKey>(&item) {
                         self.keys.push((k.node, keys::folded(&k)));
@@ -126,6 +137,16 @@ impl Collector {
             n += 1;
         }
         n
+    }
+}
+
+/// A CPU sample as a [`StackEvent`]: its copied stacks stored in `copied`, their ids in it.
+fn with_stack_ids(copied: &SharedStacks, s: &CpuSampleEvent) -> StackEvent {
+    let mut copied = copied.lock().unwrap_or_else(|e| e.into_inner());
+    StackEvent {
+        user_stack: copied.intern(s.user_frames()),
+        kernel_stack: copied.intern(s.kernel_frames()),
+        ..s.head
     }
 }
 
@@ -141,16 +162,21 @@ pub fn drain_queued(tracer: &mut Tracer, mut sink: impl FnMut(&Event)) -> Result
     Ok(())
 }
 
-/// Reads the stacks the run's records refer to from the `STACK_TRACES` map: id -> addresses,
-/// innermost first. Ids the map no longer holds are left out.
+/// Reads the stacks the run's records refer to, from the samples' copies or the
+/// `STACK_TRACES` map: id -> addresses, innermost first. Ids the map no longer holds are
+/// left out.
 pub fn read_stacks(
     tracer: &mut Tracer,
     ids: impl IntoIterator<Item = u32>,
 ) -> Result<std::collections::HashMap<u32, Vec<u64>>> {
+    let copied = tracer.copied_stacks();
+    let copied = copied.lock().unwrap_or_else(|e| e.into_inner());
     let map = tracer.stack_traces()?;
     let mut out = std::collections::HashMap::new();
     for id in ids {
-        if let Ok(st) = map.get(&id, 0) {
+        if let Some(frames) = copied.get(id) {
+            out.insert(id, frames.to_vec());
+        } else if let Ok(st) = map.get(&id, 0) {
             out.insert(id, st.frames().iter().map(|f| f.ip).collect());
         }
     }

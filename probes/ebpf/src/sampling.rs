@@ -1,21 +1,23 @@
 //! CPU samples and off-CPU time of the traced threads.
 //!
 //! In: the per-CPU cpu-clock perf events and sched:sched_switch (system-wide: untraced
-//! processes are dropped first). Out: `StackEvent` records (user and kernel stack ids in
-//! `STACK_TRACES`, the innermost open phase, the return addresses pending uretprobes hid) and
-//! each off-CPU interval added to the innermost open frame of the thread that comes back.
+//! processes are dropped first). Out: `CpuSampleEvent` records (the stacks copied in),
+//! off-CPU `StackEvent` records (user and kernel stack ids in `STACK_TRACES`: a thread's
+//! stacks wait in a map while it is off the CPU), each with the innermost open phase and the
+//! return addresses pending uretprobes hid, and each off-CPU interval added to the innermost
+//! open frame of the thread that comes back.
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_F_USER_STACK},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_get_stack, bpf_ktime_get_ns},
     macros::map,
     maps::{HashMap, StackTrace},
     programs::{tracing::StackIdContext, PerfEventContext, TracePointContext},
     EbpfContext,
 };
 use wprof_common::{
-    config, counter, goroutine_key, EventKind, StackEvent, FRAME_URETPROBE, MAX_DEPTH,
-    MAX_PENDING_RETURNS, MAX_THREADS,
+    config, counter, goroutine_key, CpuSampleEvent, EventKind, StackEvent, FRAME_URETPROBE,
+    MAX_DEPTH, MAX_PENDING_RETURNS, MAX_THREADS, SAMPLE_FRAMES,
 };
 
 use crate::events::{submit_flags, EVENTS};
@@ -42,31 +44,41 @@ struct OffCpuStart {
     kernel_stack: i32,
 }
 
-/// CPU sample (software cpu-clock, one perf event per CPU): the traced thread's stacks and the
-/// phase open on it.
+/// CPU sample (software cpu-clock, one perf event per CPU): the traced thread's stacks, copied
+/// into the record, and the phase open on it.
 #[inline(always)]
 pub(crate) fn cpu_sample(ctx: &PerfEventContext) -> u32 {
     let key = bpf_get_current_pid_tgid();
     if !traced(key) {
         return 0;
     }
-    let user_stack = ctx
-        .get_stackid(&STACK_TRACES, BPF_F_USER_STACK as u64)
-        .map(|id| id as i32)
-        .unwrap_or(-1);
-    let kernel_stack = ctx
-        .get_stackid(&STACK_TRACES, 0)
-        .map(|id| id as i32)
-        .unwrap_or(-1);
     let phases = sampled_stack_key(ctx, key);
-    emit_stack(
-        EventKind::CpuSample,
-        key,
-        phases,
-        1,
-        user_stack,
-        kernel_stack,
-    );
+    let Some(mut entry) = EVENTS.reserve::<CpuSampleEvent>(0) else {
+        bump(counter::LOST_CPU_SAMPLES);
+        return 0;
+    };
+    let rec = entry.as_mut_ptr();
+    let head = stack_head(EventKind::CpuSample, key, phases, 1, -1, -1);
+    // SAFETY: `rec` is the reserved record, exclusively ours until submitted; each field is
+    // written once, the frames by the helper within their arrays' sizes.
+    unsafe {
+        (*rec).head = head;
+        let user = bpf_get_stack(
+            ctx.as_ptr(),
+            (*rec).user.as_mut_ptr().cast(),
+            (SAMPLE_FRAMES * 8) as u32,
+            BPF_F_USER_STACK as u64,
+        );
+        (*rec).user_bytes = user.max(0) as u32;
+        let kernel = bpf_get_stack(
+            ctx.as_ptr(),
+            (*rec).kernel.as_mut_ptr().cast(),
+            (SAMPLE_FRAMES * 8) as u32,
+            0,
+        );
+        (*rec).kernel_bytes = kernel.max(0) as u32;
+    }
+    entry.submit(submit_flags());
     0
 }
 
@@ -144,36 +156,40 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
             st.frames[slot(len - 1)].off_ns += off;
         }
     }
-    emit_stack(
-        EventKind::OffCpu,
-        start.pid_tgid,
-        start.pid_tgid,
-        off,
-        start.user_stack,
-        start.kernel_stack,
-    );
+    emit_off_cpu(start.pid_tgid, off, start.user_stack, start.kernel_stack);
     0
 }
 
-/// Sends a [`StackEvent`] for thread `key`: the innermost open phase of the stack of phases
+/// Sends thread `key`'s off-CPU record: `off_ns` away, its stacks by id (see [`stack_head`]).
+#[inline(always)]
+fn emit_off_cpu(key: u64, off_ns: u64, user_stack: i32, kernel_stack: i32) {
+    let Some(mut entry) = EVENTS.reserve::<StackEvent>(0) else {
+        bump(counter::LOST_OFF_CPU);
+        return;
+    };
+    entry.write(stack_head(
+        EventKind::OffCpu,
+        key,
+        key,
+        off_ns,
+        user_stack,
+        kernel_stack,
+    ));
+    entry.submit(submit_flags());
+}
+
+/// A [`StackEvent`] for thread `key`: the innermost open phase of the stack of phases
 /// `phases` (`STACKS` key: the thread's, or the goroutine's it was running) and the return
 /// addresses that stack's pending uretprobes replaced.
 #[inline(always)]
-fn emit_stack(
+fn stack_head(
     kind: EventKind,
     key: u64,
     phases: u64,
     weight: u64,
     user_stack: i32,
     kernel_stack: i32,
-) {
-    let Some(mut entry) = EVENTS.reserve::<StackEvent>(0) else {
-        bump(match kind {
-            EventKind::OffCpu => counter::LOST_OFF_CPU,
-            _ => counter::LOST_CPU_SAMPLES,
-        });
-        return;
-    };
+) -> StackEvent {
     let mut ev = StackEvent {
         kind: kind as u32,
         pid: (key >> 32) as u32,
@@ -207,6 +223,5 @@ fn emit_stack(
             ev.npending = n as u32;
         }
     }
-    entry.write(ev);
-    entry.submit(submit_flags());
+    ev
 }
