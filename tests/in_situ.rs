@@ -104,6 +104,9 @@ fn light_epochs_check_the_correction_and_lose_no_call() {
             "{path}: corrected {mean:.0} ns against {commanded:.0} ns commanded (± {tolerance:.0}): {c}"
         );
     }
+    // Checks at each depth come from their own epochs, yet the corrected tree stays
+    // additive.
+    assert_corrected_additive(&run);
     let report = report_text(&json);
     assert!(report.contains("in-situ check: write_record:"), "{report}");
     assert!(

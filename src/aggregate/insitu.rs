@@ -244,6 +244,7 @@ pub fn check(
             in_situ_ns: in_situ,
             error_ns: error,
             factor,
+            children_fitted: None,
         });
     }
     out
@@ -255,7 +256,14 @@ pub fn check(
 /// group_by siblings) takes the light calls' distribution as its corrected histogram: the
 /// in-situ figure is a mean, and shifting every call by it would push the short ones below
 /// zero. Other nodes keep their histograms.
-pub fn apply(tree: &mut PhaseTree, checks: &[InSituCheck], own_ns: &[u64], light: &LightPaths) {
+///
+/// Each check comes from its own light epochs, and the program changes between them (a
+/// memtable fills, a flush runs), so checks at two depths can disagree: children corrected by
+/// theirs may add up to more than their checked parent leaves them. A checked parent keeps its
+/// own time, and its self time at least its raw self time less the probe time it holds
+/// outside its children's windows; its children's subtrees are scaled down to fit the rest,
+/// keeping their shares, and the check says by how much (`children_fitted`).
+pub fn apply(tree: &mut PhaseTree, checks: &mut [InSituCheck], own_ns: &[u64], light: &LightPaths) {
     if !checks.iter().any(InSituCheck::applied) {
         return;
     }
@@ -271,8 +279,14 @@ pub fn apply(tree: &mut PhaseTree, checks: &[InSituCheck], own_ns: &[u64], light
         own_ns,
         light,
     };
+    let mut fitted = Vec::new();
     for root in &mut tree.roots {
-        ctx.node(root, &mut Vec::new(), &mut Vec::new(), 1.0);
+        ctx.node(root, &mut Vec::new(), &mut Vec::new(), 1.0, &mut fitted);
+    }
+    for (path, ratio) in fitted {
+        if let Some(c) = checks.iter_mut().find(|c| c.path == path) {
+            c.children_fitted = Some(ratio);
+        }
     }
 }
 
@@ -284,15 +298,30 @@ struct Apply<'a> {
 }
 
 impl Apply<'_> {
-    fn node(&self, n: &mut TreeNode, ids: &mut Vec<u32>, names: &mut Vec<String>, inherited: f64) {
+    /// Corrects `n` and its subtree; `fitted` gets the paths whose children were scaled to
+    /// fit, with the ratio.
+    fn node(
+        &self,
+        n: &mut TreeNode,
+        ids: &mut Vec<u32>,
+        names: &mut Vec<String>,
+        inherited: f64,
+        fitted: &mut Vec<(Vec<String>, f64)>,
+    ) {
         ids.push(n.phase);
         names.push(n.name.clone());
         let check = self.by_path.get(names.as_slice()).copied();
         let factor = check.map_or(inherited, |c| c.factor);
+        let in_self = self_probe_ns(n) as f64 * factor;
         for c in &mut n.children {
-            self.node(c, ids, names, factor);
+            self.node(c, ids, names, factor, fitted);
         }
         scale(n, factor, self.own_ns);
+        if check.is_some() {
+            if let Some(ratio) = fit_children(n, in_self.round() as u64) {
+                fitted.push((names.clone(), ratio));
+            }
+        }
         let single = self.counts.get(ids.as_slice()) == Some(&1);
         if let (Some(_), true, Some(l), Some(corr)) = (
             check.filter(|c| c.applied()),
@@ -305,6 +334,71 @@ impl Apply<'_> {
         ids.pop();
         names.pop();
     }
+}
+
+/// The calibrated probe time inside `n`'s self time, ns: its own probes' share inside its
+/// window and its children's probes' parts outside theirs (before their entries, after their
+/// returns), i.e. what it took out less what its children took out. Read before any scaling.
+fn self_probe_ns(n: &TreeNode) -> u64 {
+    let Some(c) = n.corrected.as_ref() else {
+        return 0;
+    };
+    let kids: u64 = probed(&n.children)
+        .filter_map(|k| k.corrected.as_ref())
+        .map(|k| k.probe_ns)
+        .sum();
+    c.probe_ns.saturating_sub(kids)
+}
+
+/// The probed children (sampled ones are grafted later, from the corrected parent).
+fn probed(children: &[TreeNode]) -> impl Iterator<Item = &TreeNode> {
+    children.iter().filter(|k| k.sampled.is_none())
+}
+
+/// Scales `n`'s children's corrected subtrees down when they add up to more than `n` leaves
+/// them: its corrected time less its raw self time net of `in_self`, the probe time inside
+/// it. Returns the ratio, None when they fit.
+fn fit_children(n: &mut TreeNode, in_self: u64) -> Option<f64> {
+    let corrected_of = |k: &TreeNode| k.corrected.as_ref().map_or(k.total_ns, |c| c.total_ns);
+    let kids: u64 = probed(&n.children).map(corrected_of).sum();
+    let raw_kids: u64 = probed(&n.children).map(|k| k.total_ns).sum();
+    let own_self = n.total_ns.saturating_sub(raw_kids).saturating_sub(in_self);
+    let total = n.corrected.as_ref()?.total_ns;
+    let room = total.saturating_sub(own_self);
+    // Within a thousandth (rounding), they fit.
+    if kids as f64 <= room as f64 * 1.001 || kids == 0 {
+        return None;
+    }
+    let ratio = room as f64 / kids as f64;
+    for k in n.children.iter_mut().filter(|k| k.sampled.is_none()) {
+        shrink(k, ratio);
+    }
+    let kids: u64 = probed(&n.children).map(corrected_of).sum();
+    if let Some(c) = n.corrected.as_mut() {
+        c.self_ns = c.total_ns.saturating_sub(kids);
+    }
+    Some(ratio)
+}
+
+/// Multiplies the corrected times of `n` and its subtree by `ratio` (< 1): totals, self
+/// times, histograms; the probe time taken out grows to match.
+fn shrink(n: &mut TreeNode, ratio: f64) {
+    for k in &mut n.children {
+        shrink(k, ratio);
+    }
+    let raw = n.total_ns;
+    let Some(c) = n.corrected.as_mut() else {
+        return;
+    };
+    c.total_ns = (c.total_ns as f64 * ratio).round() as u64;
+    c.self_ns = (c.self_ns as f64 * ratio).round() as u64;
+    c.probe_ns = raw.saturating_sub(c.total_ns);
+    let mut hist = new_histogram();
+    for v in c.hist.iter_recorded() {
+        let scaled = ((v.value_iterated_to() as f64 * ratio).round() as u64).max(1);
+        hist.saturating_record_n(scaled, v.count_at_value());
+    }
+    c.hist = hist;
 }
 
 fn scale(n: &mut TreeNode, factor: f64, own_ns: &[u64]) {
@@ -449,7 +543,7 @@ mod tests {
         };
         let l = light(&[(vec![0], 200, 12_000)]);
         let own = [1_000, 1_000];
-        let checks = check(&tree, &l, &own, &names());
+        let mut checks = check(&tree, &l, &own, &names());
         let c = &checks[0];
         assert_eq!((c.light_calls, c.full_calls, c.kept_out), (200, 1000, 200));
         assert_eq!(c.path, vec!["write".to_string()]);
@@ -457,7 +551,7 @@ mod tests {
         assert!((c.calibrated_ns - 3_000.0).abs() < 1.0, "{c:?}");
         assert!((c.in_situ_ns - 7_000.0).abs() < 10.0, "{c:?}");
         assert!((c.factor - 7.0 / 3.0).abs() < 0.01, "{c:?}");
-        apply(&mut tree, &checks, &own, &l);
+        apply(&mut tree, &mut checks, &own, &l);
         let r = tree.roots[0].corrected.as_ref().unwrap();
         // 1 µs own + 7 µs descendants out of 20: 12 µs a call, the light mean.
         assert!(
@@ -484,22 +578,72 @@ mod tests {
         // (sync's probes cost 2 in situ, as calibrated: no scaling there).
         let l = light(&[(vec![0], 500, 10_000), (vec![0, 1], 500, 9_000)]);
         let own = [1_000, 1_000, 1_000];
-        let checks = check(&tree, &l, &own, &names());
+        let mut checks = check(&tree, &l, &own, &names());
         assert_eq!(checks.len(), 2, "{checks:?}");
-        let wal_check = checks.iter().find(|c| c.name == "wal").expect("wal");
+        let wal_check = wal_of(&checks);
         assert_eq!(wal_check.path, vec!["write".to_string(), "wal".to_string()]);
         assert!((checks[0].factor - 1.5).abs() < 0.01, "{checks:?}");
         assert_eq!(wal_check.factor, 1.0, "{wal_check:?}");
-        apply(&mut tree, &checks, &own, &l);
+        apply(&mut tree, &mut checks, &own, &l);
         let r = &tree.roots[0];
         let mean = |n: &TreeNode| n.corrected.as_ref().unwrap().total_ns as f64 / n.count as f64;
         assert!((mean(r) - 10_000.0).abs() < 10.0, "{}", mean(r));
-        // wal keeps its own factor (1): 12 - 1 - 2 = 9 µs, not 12 - 1 - 3.
-        assert!((mean(&r.children[0]) - 9_000.0).abs() < 10.0);
-        assert!((mean(&r.children[0].children[0]) - 3_000.0).abs() < 10.0);
-        // Self times follow: write 10 - 9.
+        // wal keeps its own factor (1): 12 - 1 - 2 = 9 µs, not 12 - 1 - 3. That leaves write
+        // 1 µs of self time, but write's own self time is 20 - 12 = 8 µs raw, of which its
+        // probes (its own 1 µs, wal's 3 µs outside wal's window) take 4 × 1.5: 2 µs. So wal's
+        // subtree is fitted into the 8 µs left: ×8/9.
+        let fitted = checks[0].children_fitted.expect("fitted");
+        assert!((fitted - 8.0 / 9.0).abs() < 0.001, "{fitted}");
+        assert_eq!(wal_of(&checks).children_fitted, None);
+        assert!((mean(&r.children[0]) - 8_000.0).abs() < 10.0);
+        assert!((mean(&r.children[0].children[0]) - 3_000.0 * 8.0 / 9.0).abs() < 10.0);
         let self_ns = r.corrected.as_ref().unwrap().self_ns as f64 / 1000.0;
-        assert!((self_ns - 1_000.0).abs() < 10.0, "{self_ns}");
+        assert!((self_ns - 2_000.0).abs() < 10.0, "{self_ns}");
+        let p50 = r.children[0]
+            .corrected
+            .as_ref()
+            .unwrap()
+            .hist
+            .value_at_quantile(0.5);
+        assert!((p50 as f64 - 8_000.0).abs() < 100.0, "{p50}");
+    }
+
+    fn wal_of(checks: &[InSituCheck]) -> &InSituCheck {
+        checks.iter().find(|c| c.name == "wal").expect("wal")
+    }
+
+    #[test]
+    fn children_that_fit_in_their_checked_parent_are_left_alone() {
+        // Probes costing 1.5× the calibration at every depth: write (20 µs raw, 1 own + 4
+        // calibrated for its descendants) > wal (12 µs raw, 1 own + 2 for sync) > sync (4 µs
+        // raw, 1 own). write alone: 13 µs (descendants 6 in situ, ×1.5); wal alone: 8 µs
+        // (sync 3, ×1.5). write keeps 20 - 12 = 8 raw µs of self time, of which its probes
+        // take (5 - 3) × 1.5 = 3: 5 µs, and wal's 8 µs fill the 13 - 5 left exactly.
+        let mut wal = node(1, "wal", 1000, 12_000, 3_000);
+        wal.children.push(node(2, "sync", 1000, 4_000, 1_000));
+        let mut root = node(0, "write", 1000, 20_000, 5_000);
+        root.children.push(wal);
+        let mut tree = PhaseTree {
+            roots: vec![root],
+            ..PhaseTree::default()
+        };
+        let l = light(&[(vec![0], 500, 13_000), (vec![0, 1], 500, 8_000)]);
+        let own = [1_000, 1_000, 1_000];
+        let mut checks = check(&tree, &l, &own, &names());
+        assert!(
+            checks.iter().all(|c| (c.factor - 1.5).abs() < 0.01),
+            "{checks:?}"
+        );
+        apply(&mut tree, &mut checks, &own, &l);
+        assert!(
+            checks.iter().all(|c| c.children_fitted.is_none()),
+            "{checks:?}"
+        );
+        let r = &tree.roots[0];
+        let mean = |n: &TreeNode| n.corrected.as_ref().unwrap().total_ns as f64 / n.count as f64;
+        assert!((mean(r) - 13_000.0).abs() < 10.0, "{}", mean(r));
+        assert!((mean(&r.children[0]) - 8_000.0).abs() < 10.0);
+        assert!((mean(&r.children[0].children[0]) - 3_000.0).abs() < 10.0);
     }
 
     #[test]

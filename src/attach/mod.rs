@@ -84,7 +84,8 @@ const MULTI: ProgramSet = ProgramSet {
 pub struct TracerOptions {
     /// Ring buffer size in bytes (rounded up to a power-of-two number of pages).
     pub ring_bytes: u32,
-    /// Whether stacks will be taken (CPU sampling or off-CPU): sizes the stack-trace map.
+    /// Whether off-CPU stacks will be taken: sizes the stack-trace map (CPU samples carry
+    /// their stacks in their records).
     pub stacks: bool,
     /// Whether calls are aggregated in the kernel from the start (`--aggregate kernel`).
     pub kernel_aggregate: bool,

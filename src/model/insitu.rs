@@ -33,6 +33,10 @@ pub struct InSituCheck {
     /// The factor the correction was scaled by (1 when the check agreed with the
     /// calibration within two standard errors, or could not tell).
     pub factor: f64,
+    /// When its children's corrected times added up to more than it leaves them (checks at
+    /// two depths disagreeing): the ratio their subtrees were scaled down by to fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub children_fitted: Option<f64>,
 }
 
 impl InSituCheck {

@@ -172,6 +172,14 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
                 "they agree within two standard errors, the correction stands".to_string()
             }
         ));
+        if let Some(r) = c.children_fitted {
+            out.push_str(&format!(
+                "in-situ check: {}: its children's corrected times added up to more than it \
+                 leaves them (checks at two depths disagree: the program changed between their \
+                 epochs); scaled ×{r:.2} to fit\n",
+                c.path_label()
+            ));
+        }
     }
 
     let c = &run.counters;

@@ -95,8 +95,8 @@ pub(super) fn build_run(
     costs::state_errors(&mut tree, error_per_hit);
     let in_situ = match (&light, costs.own_ns()) {
         (Some(l), Some(own)) => {
-            let checks = crate::aggregate::insitu::check(&tree, l, &own, &names);
-            crate::aggregate::insitu::apply(&mut tree, &checks, &own, l);
+            let mut checks = crate::aggregate::insitu::check(&tree, l, &own, &names);
+            crate::aggregate::insitu::apply(&mut tree, &mut checks, &own, l);
             checks
         }
         _ => Vec::new(),

@@ -193,7 +193,7 @@ impl TraceConfig {
     pub fn tracer_options(&self) -> TracerOptions {
         TracerOptions {
             ring_bytes: self.ring_size,
-            stacks: self.takes_stacks(),
+            stacks: self.off_cpu,
             kernel_aggregate: self.aggregate == AggregateMode::Kernel,
             kernel_maps: self.aggregate != AggregateMode::Event,
         }

@@ -157,6 +157,27 @@ pub fn node<'a>(run: &'a serde_json::Value, path: &[&str]) -> &'a serde_json::Va
     found.expect("empty path")
 }
 
+/// Asserts that no node of a run's corrected tree has children adding up to more than its
+/// corrected time (within 0.2%, rounding).
+#[allow(dead_code)] // not every test binary checks a corrected tree
+pub fn assert_corrected_additive(run: &serde_json::Value) {
+    fn walk(n: &serde_json::Value, path: &str) {
+        let total = |n: &serde_json::Value| n["corrected"]["total_ns"].as_u64().unwrap_or(0);
+        let kids = n["children"].as_array().cloned().unwrap_or_default();
+        let sum: u64 = kids.iter().map(total).sum();
+        let path = format!("{path}/{}", n["name"].as_str().unwrap_or("?"));
+        assert!(
+            sum <= total(n) + total(n) / 500,
+            "{path}: children's corrected times add up to {sum} ns, more than its {} ns",
+            total(n)
+        );
+        kids.iter().for_each(|k| walk(k, &path));
+    }
+    for r in run["tree"]["roots"].as_array().expect("roots") {
+        walk(r, "");
+    }
+}
+
 /// A node's integer field.
 pub fn u(n: &serde_json::Value, field: &str) -> u64 {
     n[field]
