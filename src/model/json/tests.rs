@@ -252,6 +252,41 @@ fn output_validates_against_the_published_schema() {
 }
 
 #[test]
+fn in_situ_checks_round_trip_and_validate() -> Result<()> {
+    let mut run = sample_run();
+    let check = crate::model::InSituCheck {
+        phase: 0,
+        name: "write_record".into(),
+        path: vec!["write_record".into()],
+        light_calls: 400,
+        kept_out: 450,
+        light_mean_ns: 4_200.0,
+        full_calls: 1000,
+        full_mean_ns: 16_200.0,
+        calibrated_ns: 7_300.0,
+        in_situ_ns: 12_000.0,
+        error_ns: 40.0,
+        factor: 1.65,
+        children_fitted: Some(0.69),
+    };
+    run.in_situ = vec![
+        check.clone(),
+        crate::model::InSituCheck {
+            children_fitted: None,
+            ..check
+        },
+    ];
+    let v = to_json(&run);
+    assert_eq!(v["in_situ"][0]["children_fitted"], 0.69);
+    assert!(v["in_situ"][1].get("children_fitted").is_none());
+    if let Err(e) = validate(&v) {
+        panic!("docs/json-schema-v1.json rejects in_situ checks:\n{e}");
+    }
+    assert_eq!(from_json(&v.to_string())?.in_situ, run.in_situ);
+    Ok(())
+}
+
+#[test]
 fn published_schema_rejects_what_wprof_refuses() {
     let good = to_json(&sample_run());
     let mut v = good.clone();
