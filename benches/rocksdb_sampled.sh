@@ -6,7 +6,8 @@
 # write: its corrected share is what a probe measures with the least distortion), then the full
 # `rocksdb` profile (seven pairs a write). Prints each child's share of write_impl's time in
 # each run, and RocksDB's own PerfContext split (write_wal_time, write_memtable_time over the
-# write's time) from the sampled run, where no probe sits inside the children.
+# write's time) from an untraced run with --perf_level=3 (its timers cover a little more than
+# the two functions: the write group's enter and exit around each).
 #
 # Run as root: benches/rocksdb_sampled.sh [KEYS] [ROUNDS] [HZ]     (defaults: 1000000 2 1999)
 set -euo pipefail
@@ -34,17 +35,30 @@ PY
 cut "$tmp/sampled.toml" write_to_wal~ memtable_insert~
 cut "$tmp/wal.toml" write_to_wal
 cut "$tmp/mem.toml" memtable_insert
+ARGS=(--benchmarks=fillrandom --num="$N" --statistics=1 --write_buffer_size=4194304)
 run() { # TOML EXTRA...
   local t=$1; shift
   rm -rf "$tmp/db"
-  "$W" record -q --target "$t" "$@" --json "$tmp/r.json" -- /usr/bin/db_bench \
-    --benchmarks=fillrandom --num="$N" --statistics=1 --perf_level=3 \
-    --write_buffer_size=4194304 --db="$tmp/db" >"$tmp/out" 2>/dev/null
+  "$W" record -q --target "$t" "$@" --json "$tmp/r.json" -- /usr/bin/db_bench "${ARGS[@]}" \
+    --db="$tmp/db" >"$tmp/out" 2>/dev/null
+}
+perf_context() { # RocksDB's own split, untraced
+  rm -rf "$tmp/db"
+  /usr/bin/db_bench "${ARGS[@]}" --perf_level=3 --db="$tmp/db" >"$tmp/out" 2>/dev/null
+  python3 - "$tmp/out" <<'PY'
+import re, sys
+out = open(sys.argv[1]).read()
+pc = dict((k, int(v)) for k, v in re.findall(r"(write_wal_time|write_memtable_time) = (\d+)", out))
+m = re.search(r"rocksdb.db.write.micros .*COUNT : (\d+) SUM : (\d+)", out)
+ns = int(m.group(2)) * 1e3
+wal, mem = (100 * pc[k] / ns for k in ("write_wal_time", "write_memtable_time"))
+print(f"{'untraced, PerfContext':<28} wal {wal:5.1f}%  memtable {mem:5.1f}%")
+PY
 }
 shares() { # LABEL: prints LABEL wal% mem% (sampled or corrected shares of write_impl)
   python3 - "$tmp/r.json" "$tmp/out" "$1" <<'PY'
-import json, re, sys
-run = json.load(open(sys.argv[1])); out = open(sys.argv[2]).read()
+import json, sys
+run = json.load(open(sys.argv[1]))
 w = [r for r in run["tree"]["roots"] if r["name"] == "write_impl"][0]
 tot = lambda n: (n.get("corrected") or n)["total_ns"]
 def share(name):
@@ -53,17 +67,12 @@ def share(name):
             s = c.get("sampled")
             return 100 * (s["share"] if s else tot(c) / tot(w))
     return float("nan")
-line = f"{sys.argv[3]:<28} wal {share('write_to_wal'):5.1f}%  memtable {share('memtable_insert'):5.1f}%"
-if sys.argv[3] == "sampled":
-    pc = dict((k, int(v)) for k, v in re.findall(r"(write_wal_time|write_memtable_time) = (\d+)", out))
-    m = re.search(r"rocksdb.db.write.micros .*COUNT : (\d+) SUM : (\d+)", out)
-    us = int(m.group(2)) * 1e3
-    line += f"   RocksDB's PerfContext, same run: wal {100*pc['write_wal_time']/us:.1f}%  memtable {100*pc['write_memtable_time']/us:.1f}%"
-print(line)
+print(f"{sys.argv[3]:<28} wal {share('write_to_wal'):5.1f}%  memtable {share('memtable_insert'):5.1f}%")
 PY
 }
 for r in $(seq "$R"); do
   echo "round $r"
+  perf_context
   run "$tmp/sampled.toml" --cpu-sample "$HZ"; shares sampled
   run "$tmp/wal.toml"; shares "write_to_wal probed alone"
   run "$tmp/mem.toml"; shares "memtable_insert probed alone"
