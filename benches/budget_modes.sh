@@ -29,7 +29,7 @@ wp() { # profile extra...
 printf '%-6s %-34s %9s %6s %6s\n' round tool tps ratio live
 for r in $(seq "$ROUNDS"); do
   b=$(tps); printf '%-6s %-34s %9.0f %6.2f\n' "$r" untraced "$b" 1
-  for mode in "" "--max-overhead 5" "--aggregate kernel" "--aggregate kernel --max-overhead 5"; do
+  for mode in "" "--aggregate event --max-overhead 5" "--aggregate kernel" "--aggregate kernel --max-overhead 5"; do
     read -r t live rest < <(wp postgres $mode)
     printf '%-6s %-34s %9.0f %6.2f %6s\n' "$r" "wprof ${mode:-(default)}" "$t" "$(echo "$t / $b" | bc -l)" "${live#live=}"
   done

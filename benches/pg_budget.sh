@@ -33,7 +33,7 @@ printf '%-6s %-12s %9s %9s %9s %6s %6s %8s\n' round mode before traced after rat
 before=$(tps)
 for r in $(seq "$ROUNDS"); do
   for mode in event kernel; do
-    if [ "$mode" = kernel ]; then read -r t live insitu < <(wp --aggregate kernel); else read -r t live insitu < <(wp); fi
+    if [ "$mode" = kernel ]; then read -r t live insitu < <(wp --aggregate kernel); else read -r t live insitu < <(wp --aggregate event); fi
     after=$(tps)
     printf '%-6s %-12s %9.0f %9.0f %9.0f %6.3f %6s %8s\n' "$r" "$mode" "$before" "$t" "$after" \
       "$(echo "2 * $t / ($before + $after)" | bc -l)" "$live" "$insitu"

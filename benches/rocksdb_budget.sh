@@ -6,7 +6,7 @@
 #
 # Run as root: benches/rocksdb_budget.sh [KEYS] [ROUNDS]     (defaults: 2000000 2)
 # WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to wprof's arguments (e.g.
-# "--aggregate kernel").
+# "--aggregate kernel"; "--aggregate event" for per event: the budget defaults to auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/setup.sh

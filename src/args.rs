@@ -162,15 +162,17 @@ pub struct TraceArgs {
     /// per-pid trees); `kernel` keeps per-node counts and log-linear histograms in BPF maps and
     /// reads only those (for paths with hundreds of thousands of calls a second); `auto`
     /// starts per event and switches to the kernel above 200,000 calls a second, or, with
-    /// --max-overhead, as the budget's first step once the probes go over it.
-    #[arg(long, value_enum, value_name = "MODE", default_value = "event")]
-    pub aggregate: AggregateMode,
+    /// --max-overhead, as the budget's first step once the probes go over it. Default: `auto`
+    /// with --max-overhead, `event` otherwise.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub aggregate: Option<AggregateMode>,
     /// Keep the probes' share of the CPU time of the threads that run probed code under PCT
     /// (e.g. 5%), checked after 0.1 s, then every 0.25 s while over: with `--aggregate auto`
-    /// the calls are first aggregated in the kernel (wprof stops reading each one), then the
-    /// costliest hot leaves move to CPU sampling (roots stay exact), then what stays probed is
-    /// live only part of each 2 s cycle, and only when even 2% of the time is too much does
-    /// wprof detach (cleanly, outputs written, exit 5).
+    /// (its default) the calls are first aggregated in the kernel (wprof stops reading each
+    /// one; not when an option needs every call), then the costliest hot leaves move to CPU
+    /// sampling (roots stay exact), then what stays probed is live only part of each 2 s
+    /// cycle, and only when even 2% of the time is too much does wprof detach (cleanly,
+    /// outputs written, exit 5).
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub max_overhead: Option<f64>,
     /// Check the probe correction where the probes run: every 2 s, for 0.25 s, the probes are

@@ -154,7 +154,14 @@ impl TraceConfig {
         outputs: OutputArgs,
     ) -> Result<TraceConfig> {
         let per_call = per_call_options(&t, &outputs);
-        check_aggregate(t.aggregate, &per_call)?;
+        // Under a budget, aggregating in the kernel is the cheapest step that keeps every
+        // phase exact: it comes first unless the user chose.
+        let aggregate = t.aggregate.unwrap_or(if t.max_overhead.is_some() {
+            AggregateMode::Auto
+        } else {
+            AggregateMode::Event
+        });
+        check_aggregate(aggregate, &per_call)?;
         let loaded = profile.load()?;
         let cpu_sample_hz = cpu_sample_rate(&loaded, &t);
         let split_phase = split_phase(&loaded, t.split_by.as_deref())?;
@@ -162,7 +169,7 @@ impl TraceConfig {
         Ok(TraceConfig {
             target,
             profile: override_returns(&loaded, t.return_mode.map(Into::into)),
-            aggregate: t.aggregate,
+            aggregate,
             per_call_options: per_call,
             split_phase,
             per_pid: t.per_pid,
@@ -416,6 +423,16 @@ mod tests {
         assert_eq!(c.per_call_options, ["--split-by (calls by root call)"]);
         let e = usage_text(record(&["--split-by", "no_such_phase"]).unwrap_err());
         assert!(e.contains("no_such_phase"), "{e}");
+    }
+
+    #[test]
+    fn a_budget_aggregates_in_the_kernel_first_unless_told_otherwise() {
+        assert_eq!(record(&[]).unwrap().aggregate, AggregateMode::Event);
+        let c = record(&["--max-overhead", "5"]).unwrap();
+        assert_eq!(c.aggregate, AggregateMode::Auto);
+        assert!(c.tracer_options().kernel_maps && !c.tracer_options().kernel_aggregate);
+        let c = record(&["--max-overhead", "5", "--aggregate", "event"]).unwrap();
+        assert_eq!(c.aggregate, AggregateMode::Event);
     }
 
     #[test]
