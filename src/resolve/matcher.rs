@@ -11,7 +11,6 @@
 use globset::{GlobBuilder, GlobMatcher};
 
 use super::elf::symbols::{Function, ObjectSymbols, SymbolName};
-use super::suggest;
 
 /// How many matches an ambiguity error lists.
 const LIST_MAX: usize = 10;
@@ -28,11 +27,9 @@ pub struct Match<'a> {
 /// Why a pattern did not give exactly the functions to probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MatchError {
-    /// Nothing matched; the nearest names, best first.
-    NoMatch {
-        /// Similar names to suggest.
-        nearest: Vec<String>,
-    },
+    /// Nothing matched (`suggest::nearest` gives the names to suggest: a search of every
+    /// name, so only where they are shown).
+    NoMatch,
     /// Several distinct functions matched and the phase does not say `all_matches`.
     Ambiguous {
         /// How many matched.
@@ -181,9 +178,7 @@ pub fn find<'a>(
         found = collect(&|n| compiled.glob(n));
     }
     match found.len() {
-        0 => Err(MatchError::NoMatch {
-            nearest: suggest::nearest(syms, pattern, 5),
-        }),
+        0 => Err(MatchError::NoMatch),
         1 => Ok(found),
         _ if all_matches => Ok(found),
         count => Err(MatchError::Ambiguous {

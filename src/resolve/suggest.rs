@@ -112,7 +112,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let syms = pax_library(dir.path());
         match find(&syms, "pax::CCPaxAccessMethod::TupleInsrt", false) {
-            Err(MatchError::NoMatch { nearest }) => {
+            Err(MatchError::NoMatch) => {
+                let nearest = nearest(&syms, "pax::CCPaxAccessMethod::TupleInsrt", 5);
                 assert_eq!(
                     nearest[0], "pax::CCPaxAccessMethod::TupleInsert",
                     "{nearest:?}"
@@ -122,7 +123,8 @@ mod tests {
             other => panic!("{other:?}"),
         }
         match find(&syms, "TupleInsert", false) {
-            Err(MatchError::NoMatch { nearest }) => {
+            Err(MatchError::NoMatch) => {
+                let nearest = nearest(&syms, "TupleInsert", 5);
                 assert_eq!(
                     nearest[0], "pax::CCPaxAccessMethod::TupleInsert",
                     "{nearest:?}"

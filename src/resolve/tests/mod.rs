@@ -91,6 +91,11 @@ fn postgres_dynsym_and_nearest() {
         }
         s => panic!("{s:?}"),
     }
+    // An optional phase that is absent gets no search for similar names.
+    match &by_name(&phases, "opt").status {
+        Status::Unresolved { nearest, .. } => assert!(nearest.is_empty(), "{nearest:?}"),
+        s => panic!("{s:?}"),
+    }
     // A kernel phase resolves to its syscall's tracepoints (tracefs is mounted by .ci/install.sh).
     let fsync = by_name(&phases, "fsync");
     if crate::testing::require(
