@@ -10,15 +10,16 @@ use std::sync::{Arc, Mutex};
 /// Set in the ids of copied stacks; the BPF map's ids are below its size (≤ 2^20).
 pub const COPIED_BIT: u32 = 1 << 30;
 
-/// At most this many distinct stacks are kept; later new ones count as not taken (-1), as a
-/// full stack map's would.
-const MAX_STACKS: usize = 1 << 20;
+/// At most this many distinct stacks are kept (~20 MB at 40 frames each, for a `--serve` run
+/// that samples for days); later new ones count as not taken (-1), as a full stack map's would.
+/// The kernel's map held 16,384, and lost some of those to bucket collisions.
+const MAX_STACKS: usize = 1 << 16;
 
 /// Distinct copied stacks by id.
 #[derive(Debug, Default)]
 pub struct CopiedStacks {
-    ids: HashMap<Vec<u64>, u32>,
-    frames: Vec<Vec<u64>>,
+    ids: HashMap<Arc<[u64]>, u32>,
+    frames: Vec<Arc<[u64]>>,
 }
 
 /// The store a tracer's collector fills and its end-of-run readers look into.
@@ -37,8 +38,9 @@ impl CopiedStacks {
             return -1;
         }
         let id = COPIED_BIT | self.frames.len() as u32;
-        self.frames.push(frames.to_vec());
-        self.ids.insert(frames.to_vec(), id);
+        let frames: Arc<[u64]> = frames.into();
+        self.frames.push(frames.clone());
+        self.ids.insert(frames, id);
         id as i32
     }
 
@@ -47,9 +49,7 @@ impl CopiedStacks {
         if id & COPIED_BIT == 0 {
             return None;
         }
-        self.frames
-            .get((id & !COPIED_BIT) as usize)
-            .map(Vec::as_slice)
+        self.frames.get((id & !COPIED_BIT) as usize).map(|f| &f[..])
     }
 }
 
@@ -73,5 +73,16 @@ mod tests {
     #[test]
     fn an_empty_stack_has_no_id() {
         assert_eq!(CopiedStacks::default().intern(&[]), -1);
+    }
+
+    #[test]
+    fn a_full_store_keeps_what_it_has_and_takes_no_new_stack() {
+        let mut s = CopiedStacks::default();
+        for i in 0..MAX_STACKS as u64 {
+            assert!(s.intern(&[i]) > 0);
+        }
+        assert_eq!(s.intern(&[u64::MAX]), -1);
+        let first = s.intern(&[0]);
+        assert_eq!(s.get(first as u32), Some(&[0u64][..]));
     }
 }
