@@ -566,14 +566,7 @@ mod tests {
     fn a_child_with_a_check_of_its_own_is_corrected_by_it() {
         // write (20 µs raw, 1 own + 6 descendants' calibrated) > wal (12 µs raw, 1 own + 2
         // calibrated for sync) > sync (4 µs raw, 1 own).
-        let mut wal = node(1, "wal", 1000, 12_000, 3_000);
-        wal.children.push(node(2, "sync", 1000, 4_000, 1_000));
-        let mut root = node(0, "write", 1000, 20_000, 7_000);
-        root.children.push(wal);
-        let mut tree = PhaseTree {
-            roots: vec![root],
-            ..PhaseTree::default()
-        };
+        let mut tree = write_wal_sync(7_000);
         // The root alone: 10 µs (descendants cost 9 in situ, not 6: ×1.5); wal alone: 9 µs
         // (sync's probes cost 2 in situ, as calibrated: no scaling there).
         let l = light(&[(vec![0], 500, 10_000), (vec![0, 1], 500, 9_000)]);
@@ -608,6 +601,19 @@ mod tests {
         assert!((p50 as f64 - 8_000.0).abs() < 100.0, "{p50}");
     }
 
+    /// write (20 µs raw, `removed` taken out by the calibration) > wal (12 µs raw, 1 own + 2
+    /// for sync) > sync (4 µs raw, 1 own), 1,000 calls each.
+    fn write_wal_sync(removed: u64) -> PhaseTree {
+        let mut wal = node(1, "wal", 1000, 12_000, 3_000);
+        wal.children.push(node(2, "sync", 1000, 4_000, 1_000));
+        let mut root = node(0, "write", 1000, 20_000, removed);
+        root.children.push(wal);
+        PhaseTree {
+            roots: vec![root],
+            ..PhaseTree::default()
+        }
+    }
+
     fn wal_of(checks: &[InSituCheck]) -> &InSituCheck {
         checks.iter().find(|c| c.name == "wal").expect("wal")
     }
@@ -619,14 +625,7 @@ mod tests {
         // raw, 1 own). write alone: 13 µs (descendants 6 in situ, ×1.5); wal alone: 8 µs
         // (sync 3, ×1.5). write keeps 20 - 12 = 8 raw µs of self time, of which its probes
         // take (5 - 3) × 1.5 = 3: 5 µs, and wal's 8 µs fill the 13 - 5 left exactly.
-        let mut wal = node(1, "wal", 1000, 12_000, 3_000);
-        wal.children.push(node(2, "sync", 1000, 4_000, 1_000));
-        let mut root = node(0, "write", 1000, 20_000, 5_000);
-        root.children.push(wal);
-        let mut tree = PhaseTree {
-            roots: vec![root],
-            ..PhaseTree::default()
-        };
+        let mut tree = write_wal_sync(5_000);
         let l = light(&[(vec![0], 500, 13_000), (vec![0, 1], 500, 8_000)]);
         let own = [1_000, 1_000, 1_000];
         let mut checks = check(&tree, &l, &own, &names());
