@@ -49,7 +49,7 @@ impl Tracer {
     }
 
     /// The stacks CPU samples carried in their records, as the collector stores them.
-    pub(crate) fn copied_stacks(&self) -> crate::collect::copied_stacks::SharedStacks {
+    pub(crate) fn copied_stacks(&self) -> super::copied_stacks::SharedStacks {
         self.copied_stacks.clone()
     }
 

@@ -6,6 +6,7 @@
 //! dying, even by SIGKILL — detaches everything, so no probe outlives wprof.
 
 mod capabilities;
+pub mod copied_stacks;
 mod guard_writer;
 mod kernel;
 mod links;
@@ -134,7 +135,7 @@ pub struct Tracer {
     /// When [`Tracer::sweep_exited_threads`] last ran.
     last_sweep: std::time::Instant,
     /// The stacks CPU samples carried, stored by the collector.
-    copied_stacks: crate::collect::copied_stacks::SharedStacks,
+    copied_stacks: copied_stacks::SharedStacks,
 }
 
 /// One calibration function to probe (`probe_cost::calibrate`).

@@ -5,7 +5,6 @@
 //! [`EndState`] (per-node lost/abandoned/open counts, per-phase hit counts, global counters);
 //! with in-kernel aggregation also the per-node summaries and histograms ([`kernel`]).
 
-pub mod copied_stacks;
 pub mod kernel;
 pub mod keys;
 
@@ -15,7 +14,7 @@ use anyhow::{Context, Result};
 use aya::maps::{MapData, RingBuf};
 use wprof_common::{counter, CpuSampleEvent, Event, EventKind, NodeKey, PhaseCounters, StackEvent};
 
-use copied_stacks::SharedStacks;
+use crate::attach::copied_stacks::SharedStacks;
 
 use crate::aggregate::EndCounters;
 use crate::attach::Tracer;
