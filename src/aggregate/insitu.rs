@@ -359,8 +359,7 @@ fn probed(children: &[TreeNode]) -> impl Iterator<Item = &TreeNode> {
 /// them: its corrected time less its raw self time net of `in_self`, the probe time inside
 /// it. Returns the ratio, None when they fit.
 fn fit_children(n: &mut TreeNode, in_self: u64) -> Option<f64> {
-    let corrected_of = |k: &TreeNode| k.corrected.as_ref().map_or(k.total_ns, |c| c.total_ns);
-    let kids: u64 = probed(&n.children).map(corrected_of).sum();
+    let kids: u64 = probed(&n.children).map(TreeNode::corrected_total_ns).sum();
     let raw_kids: u64 = probed(&n.children).map(|k| k.total_ns).sum();
     let own_self = n.total_ns.saturating_sub(raw_kids).saturating_sub(in_self);
     let total = n.corrected.as_ref()?.total_ns;
@@ -373,7 +372,7 @@ fn fit_children(n: &mut TreeNode, in_self: u64) -> Option<f64> {
     for k in n.children.iter_mut().filter(|k| k.sampled.is_none()) {
         shrink(k, ratio);
     }
-    let kids: u64 = probed(&n.children).map(corrected_of).sum();
+    let kids: u64 = probed(&n.children).map(TreeNode::corrected_total_ns).sum();
     if let Some(c) = n.corrected.as_mut() {
         c.self_ns = c.total_ns.saturating_sub(kids);
     }
@@ -403,11 +402,7 @@ fn shrink(n: &mut TreeNode, ratio: f64) {
 
 fn scale(n: &mut TreeNode, factor: f64, own_ns: &[u64]) {
     let own = own_ns.get(n.phase as usize).copied().unwrap_or(0);
-    let kids: u64 = n
-        .children
-        .iter()
-        .map(|k| k.corrected.as_ref().map_or(k.total_ns, |c| c.total_ns))
-        .sum();
+    let kids: u64 = n.children.iter().map(TreeNode::corrected_total_ns).sum();
     let (count, raw) = (n.count, n.total_ns);
     let Some(c) = n.corrected.as_mut() else {
         return;

@@ -132,8 +132,8 @@ pub fn graft(tree: &mut PhaseTree, counts: &SampledCounts, phase_of: PhaseOf<'_>
 
 /// The node's time on the CPU, ns: corrected when known, less its off-CPU time when tracked.
 fn on_cpu_ns(n: &TreeNode) -> f64 {
-    let total = n.corrected.as_ref().map_or(n.total_ns, |c| c.total_ns);
-    total.saturating_sub(n.off_cpu_ns.unwrap_or(0)) as f64
+    n.corrected_total_ns()
+        .saturating_sub(n.off_cpu_ns.unwrap_or(0)) as f64
 }
 
 /// The node at `path` (labels) among `nodes`.
@@ -159,11 +159,7 @@ fn settle(n: &mut TreeNode) {
     let children: u64 = n.children.iter().map(|c| c.total_ns).sum();
     n.self_ns = n.total_ns.saturating_sub(children);
     if let Some(c) = &mut n.corrected {
-        let kids: u64 = n
-            .children
-            .iter()
-            .map(|k| k.corrected.as_ref().map_or(k.total_ns, |c| c.total_ns))
-            .sum();
+        let kids: u64 = n.children.iter().map(TreeNode::corrected_total_ns).sum();
         c.self_ns = c.total_ns.saturating_sub(kids);
     }
     n.children.sort_by_key(|c| std::cmp::Reverse(c.total_ns));

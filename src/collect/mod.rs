@@ -14,9 +14,8 @@ use anyhow::{Context, Result};
 use aya::maps::{MapData, RingBuf};
 use wprof_common::{counter, CpuSampleEvent, Event, EventKind, NodeKey, PhaseCounters, StackEvent};
 
-use crate::attach::copied_stacks::SharedStacks;
-
 use crate::aggregate::EndCounters;
+use crate::attach::copied_stacks::SharedStacks;
 use crate::attach::Tracer;
 
 /// Reads span and node events from the ring buffer.

@@ -127,6 +127,13 @@ impl TreeNode {
         }
     }
 
+    /// Total time, ns: corrected when the run was corrected, raw otherwise.
+    pub fn corrected_total_ns(&self) -> u64 {
+        self.corrected
+            .as_ref()
+            .map_or(self.total_ns, |c| c.total_ns)
+    }
+
     /// Mean duration of a completed call, ns.
     pub fn mean_ns(&self) -> f64 {
         if self.count == 0 {

@@ -66,12 +66,13 @@ pub(super) struct RunHooks<'a> {
 }
 
 impl RunHooks<'_> {
-    /// `--aggregate auto`: switches once the last second's call rate passes the threshold.
-    fn maybe_switch(&mut self) {
+    /// `--aggregate auto`: switches once the last second's call rate passes the threshold;
+    /// whether it switched now.
+    fn maybe_switch(&mut self) -> bool {
         let rate = self.overhead.calls_per_s;
-        if self.auto_pending() && rate >= AUTO_KERNEL_CALLS_PER_S {
-            self.switch_to_kernel(&format!("{rate:.0} calls/s"));
-        }
+        self.auto_pending()
+            && rate >= AUTO_KERNEL_CALLS_PER_S
+            && self.switch_to_kernel(&format!("{rate:.0} calls/s"))
     }
 
     /// `--aggregate auto` under `--max-overhead`, over the budget at `pct`: aggregating in the
@@ -171,10 +172,8 @@ impl trace_loop::Hooks for RunHooks<'_> {
         // A switch to the kernel this tick (auto's rate, or the budget's first step) makes the
         // figure just measured stale (it counted wprof reading every call): the budget acts on
         // the next one.
-        let was_switched = self.switched;
-        self.maybe_switch();
         let switched_now =
-            self.switched != was_switched || over.is_some_and(|pct| self.switch_for_budget(pct));
+            self.maybe_switch() || over.is_some_and(|pct| self.switch_for_budget(pct));
         if switched_now {
             self.overhead.rebase(self.tracer, &traced);
             return None;
