@@ -259,10 +259,11 @@ pub fn check(
 ///
 /// Each check comes from its own light epochs, and the program changes between them (a
 /// memtable fills, a flush runs), so checks at two depths can disagree: children corrected by
-/// theirs may add up to more than their checked parent leaves them. A checked parent keeps its
-/// own time, and its self time at least its raw self time less the probe time it holds
-/// outside its children's windows; its children's subtrees are scaled down to fit the rest,
-/// keeping their shares, and the check says by how much (`children_fitted`).
+/// theirs may add up to more than their checked parent leaves them, and a node that takes a
+/// large factor from its ancestor can be left with less than its children. A node corrected
+/// by a check keeps its own time, and its self time at least its raw self time less the probe
+/// time in it; its children's subtrees are scaled down to fit the rest, keeping their shares,
+/// and the check says by how much (`children_fitted`, the smallest ratio under it).
 pub fn apply(tree: &mut PhaseTree, checks: &mut [InSituCheck], own_ns: &[u64], light: &LightPaths) {
     if !checks.iter().any(InSituCheck::applied) {
         return;
@@ -281,11 +282,11 @@ pub fn apply(tree: &mut PhaseTree, checks: &mut [InSituCheck], own_ns: &[u64], l
     };
     let mut fitted = Vec::new();
     for root in &mut tree.roots {
-        ctx.node(root, &mut Vec::new(), &mut Vec::new(), 1.0, &mut fitted);
+        ctx.node(root, &mut Vec::new(), &mut Vec::new(), None, &mut fitted);
     }
     for (path, ratio) in fitted {
         if let Some(c) = checks.iter_mut().find(|c| c.path == path) {
-            c.children_fitted = Some(ratio);
+            c.children_fitted = Some(c.children_fitted.map_or(ratio, |r| r.min(ratio)));
         }
     }
 }
@@ -297,30 +298,32 @@ struct Apply<'a> {
     light: &'a LightPaths,
 }
 
-impl Apply<'_> {
-    /// Corrects `n` and its subtree; `fitted` gets the paths whose children were scaled to
-    /// fit, with the ratio.
+impl<'a> Apply<'a> {
+    /// Corrects `n` and its subtree by its own check, or by `inherited`, its nearest
+    /// checked ancestor's; `fitted` gets, for each node whose children were scaled to fit,
+    /// the path of the check whose factor it was corrected by, and the ratio.
     fn node(
         &self,
         n: &mut TreeNode,
         ids: &mut Vec<u32>,
         names: &mut Vec<String>,
-        inherited: f64,
+        inherited: Option<&'a InSituCheck>,
         fitted: &mut Vec<(Vec<String>, f64)>,
     ) {
         ids.push(n.phase);
         names.push(n.name.clone());
         let check = self.by_path.get(names.as_slice()).copied();
-        let factor = check.map_or(inherited, |c| c.factor);
+        let source = check.or(inherited);
+        let factor = source.map_or(1.0, |c| c.factor);
         let in_self = self_probe_ns(n) as f64 * factor;
         for c in &mut n.children {
-            self.node(c, ids, names, factor, fitted);
+            self.node(c, ids, names, source, fitted);
         }
         scale(n, factor, self.own_ns);
-        if check.is_some() {
-            if let Some(ratio) = fit_children(n, in_self.round() as u64) {
-                fitted.push((names.clone(), ratio));
-            }
+        // Fitted wherever a check's factor corrects: a node that inherits a large one can be
+        // left with less than its children as well as a checked one.
+        if let (Some(src), Some(ratio)) = (source, fit_children(n, in_self.round() as u64)) {
+            fitted.push((src.path.clone(), ratio));
         }
         let single = self.counts.get(ids.as_slice()) == Some(&1);
         if let (Some(_), true, Some(l), Some(corr)) = (
@@ -594,6 +597,35 @@ mod tests {
             .hist
             .value_at_quantile(0.5);
         assert!((p50 as f64 - 8_000.0).abs() < 100.0, "{p50}");
+    }
+
+    #[test]
+    fn a_node_corrected_by_its_ancestors_factor_fits_its_children_too() {
+        // write (20 µs raw, 1 own + 4 for its descendants) > wal (6 µs raw, 1 own + 2 for
+        // sync) > sync (4 µs raw, 1 own). Only write has light calls: 13 µs, so its
+        // descendants cost 6 in situ against 4 (×1.5), and wal, unchecked, takes that factor:
+        // 6 - 1 - 2 × 1.5 = 2 µs, under sync's 3. wal keeps its raw self time (2 µs) less the
+        // probe time in it ((3 - 1) × 1.5 = 3): nothing, so sync is fitted into wal's 2 µs,
+        // and write's check says so.
+        let mut wal = node(1, "wal", 1000, 6_000, 3_000);
+        wal.children.push(node(2, "sync", 1000, 4_000, 1_000));
+        let mut root = node(0, "write", 1000, 20_000, 5_000);
+        root.children.push(wal);
+        let mut tree = PhaseTree {
+            roots: vec![root],
+            ..PhaseTree::default()
+        };
+        let l = light(&[(vec![0], 500, 13_000)]);
+        let own = [1_000, 1_000, 1_000];
+        let mut checks = check(&tree, &l, &own, &names());
+        assert_eq!(checks.len(), 1, "{checks:?}");
+        apply(&mut tree, &mut checks, &own, &l);
+        let fitted = checks[0].children_fitted.expect("fitted");
+        assert!((fitted - 2.0 / 3.0).abs() < 0.001, "{fitted}");
+        let wal = &tree.roots[0].children[0];
+        let total = |n: &TreeNode| n.corrected_total_ns() as f64 / n.count as f64;
+        assert!((total(wal) - 2_000.0).abs() < 10.0, "{}", total(wal));
+        assert!((total(&wal.children[0]) - 2_000.0).abs() < 10.0);
     }
 
     /// write (20 µs raw, `removed` taken out by the calibration) > wal (12 µs raw, 1 own + 2

@@ -34,7 +34,8 @@ pub struct InSituCheck {
     /// calibration within two standard errors, or could not tell).
     pub factor: f64,
     /// When its children's corrected times added up to more than it leaves them (checks at
-    /// two depths disagreeing): the ratio their subtrees were scaled down by to fit.
+    /// two depths disagreeing), or a node below it corrected by its factor's did: the
+    /// smallest ratio their subtrees were scaled down by to fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub children_fitted: Option<f64>,
 }

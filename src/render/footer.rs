@@ -174,9 +174,9 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         ));
         if let Some(r) = c.children_fitted {
             out.push_str(&format!(
-                "in-situ check: {}: its children's corrected times added up to more than it \
-                 leaves them (checks at two depths disagree: the program changed between their \
-                 epochs); scaled ×{r:.2} to fit\n",
+                "in-situ check: {}: children's corrected times under it added up to more than \
+                 their parent leaves them (checks at two depths disagree: the program changed \
+                 between their epochs); scaled ×{r:.2} to fit\n",
                 c.path_label()
             ));
         }
