@@ -177,6 +177,10 @@ fn over_budget_moves_hot_leaves_to_sampling_and_keeps_the_root_exact() {
             "fixture",
             "--max-overhead",
             "40",
+            // Per event, as written: under a budget the default is now `auto`, which
+            // aggregates in the kernel before it moves phases.
+            "--aggregate",
+            "event",
             "--json",
         ])
         .arg(&json)
