@@ -1,7 +1,7 @@
 //! In-kernel aggregation (`--aggregate kernel`): BPF keeps per-node summaries and log-linear
 //! histograms in maps, wprof reads them once at the end. On the writepath fixture it must give
-//! the tree per-event mode gives: the same shape and exact counts, the same totals (within
-//! noise), percentiles that match the fixture's own timing of the same calls; and the options
+//! the tree per-event mode gives: the same shape and exact counts, the same medians (within
+//! noise), the root's mean and percentiles that match the fixture's own timing of the same calls; and the options
 //! that need every call are refused up front.
 //!
 //! The privileged tests check their capability first (common::bpf_available) and run one at
@@ -67,15 +67,17 @@ fn assert_shape(run: &serde_json::Value, calls: u64) {
     assert_eq!(u(&run["counters"], "lost_spans"), 0);
 }
 
-/// A node's time on the CPU (total minus off-CPU time, so a preempted call on a busy machine
-/// does not count), raw or with the probes' time taken out, ns.
-fn on_cpu_ns(n: &serde_json::Value, corrected: bool) -> f64 {
-    let total = if corrected && n["corrected"].is_object() {
-        u(&n["corrected"], "total_ns")
+/// A node's median, raw or with the probes' time taken out, ns. The cross-run checks compare
+/// medians: a mean moves with the few calls a busy host stretches (a vCPU stolen while a probe
+/// traps is not off-CPU time to the guest, and the spins cannot absorb it there), and on CI's
+/// machine the means of two runs a second apart once differed by 3-4% and stood 5-13% above
+/// the commanded times in three pairs of runs while the medians stayed put.
+fn p50_ns(n: &serde_json::Value, corrected: bool) -> f64 {
+    if corrected && n["corrected"].is_object() {
+        u(&n["corrected"], "p50_ns") as f64
     } else {
-        u(n, "total_ns")
-    };
-    total.saturating_sub(u(n, "off_cpu_ns")) as f64
+        u(n, "p50_ns") as f64
+    }
 }
 
 fn within(what: &str, got: f64, want: f64, tol: f64) -> Result<(), String> {
@@ -89,8 +91,8 @@ fn within(what: &str, got: f64, want: f64, tol: f64) -> Result<(), String> {
     }
 }
 
-/// The timing checks of one pair of runs (event, kernel of the same command): per-node time
-/// within 2%, corrected means within 5% of the commanded times; the kernel histogram's p50 and
+/// The timing checks of one pair of runs (event, kernel of the same command): per-node medians
+/// within 2%, corrected medians within 5% of the commanded times; the kernel histogram's p50 and
 /// the mean of write_record within 2% of the fixture's own timing of the same calls, its p99
 /// within 5% (the fixture's clock also sees the probes' handling outside wprof's window, and
 /// a preemption there moves a call into the fixture's tail only: next to a CPU hog, 3 of 3
@@ -106,17 +108,17 @@ fn timing(
         let name = path.join("/");
         errors.extend(
             within(
-                &format!("{name}: on-CPU total, kernel vs event"),
-                on_cpu_ns(k, false),
-                on_cpu_ns(e, false),
+                &format!("{name}: p50, kernel vs event"),
+                p50_ns(k, false),
+                p50_ns(e, false),
                 0.02,
             )
             .err(),
         );
         errors.extend(
             within(
-                &format!("{name}: corrected on-CPU mean, kernel vs commanded"),
-                on_cpu_ns(k, true) / u(k, "count") as f64,
+                &format!("{name}: corrected p50, kernel vs commanded"),
+                p50_ns(k, true),
                 commanded_us * 1e3,
                 0.05,
             )
