@@ -30,7 +30,8 @@ roots=[r for r in run["tree"]["roots"]]
 r=[x for x in roots if x["name"]=="write_impl"][0]
 mean=r.get("corrected",r)["total_ns"]/max(r["count"],1)/1e3
 kids=", ".join(f'{c["name"]} {c["sampled"]["samples"]/max(c["sampled"]["parent_samples"],1):.0%}' for c in r["children"] if "sampled" in c)
-print(f"before {b:.0f} traced {t:.0f} after {a:.0f} ratio {2*t/(a+b):.3f} live {run['provenance'].get('probes_live_fraction')} root {r['name']} corr_mean {mean:.2f}us own(traced run) {o:.2f}us in_situ {run['probe_cost'].get('in_situ')} sampled: {kids}")
+pr=run["probe_cost"].get("progress") or {}
+print(f"before {b:.0f} traced {t:.0f} after {a:.0f} ratio {2*t/(a+b):.3f} live {run['provenance'].get('probes_live_fraction')} root {r['name']} corr_mean {mean:.2f}us own(traced run) {o:.2f}us in_situ {run['probe_cost'].get('in_situ',{}).get('factor')} progress {pr.get('slowdown_pct',0):.0f}% sampled: {kids}")
 PY
   grep -E "probes took|first" "$tmp/err" | cut -c1-250 | head -4 || true
   b=$a

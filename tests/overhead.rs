@@ -442,3 +442,80 @@ fn probes_estimate_needs_a_pid() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(text(&out).contains("--pid"), "{}", text(&out));
 }
+
+/// Under a duty cycle the budget also reads the program's own progress: the probed threads'
+/// read and write calls per CPU second with the probes live against paused. Ground truth: the
+/// fixture's own mean write time untraced and with the same probe live all the time (each
+/// write makes one write(2), so the work per CPU second is one over the write's time).
+#[test]
+fn a_duty_cycle_reads_the_slowdown_the_program_itself_shows() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let profile = dir.path().join("root.toml");
+    std::fs::write(
+        &profile,
+        "name = \"root\"\nobject = \"exe\"\n[[phase]]\nname = \"write_record\"\n\
+         symbol = \"write_record\"\nrole = \"insert\"\n",
+    )
+    .expect("write the profile");
+    // tmpfs: fdatasync does not wait for a disk, so the writes stay on the CPU.
+    let sync = std::path::PathBuf::from(format!("/dev/shm/wprof-progress-{}", std::process::id()));
+    let fixture_args = |iterations: &str| -> Vec<String> {
+        let mut a: Vec<String> = ["--iterations", iterations, "--sync-file"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.push(sync.to_string_lossy().into_owned());
+        a.extend(ZERO_SPINS.iter().map(|s| s.to_string()));
+        a
+    };
+    let mean = |out: &std::process::Output| truth_field(out, "fixture:", "write_mean_ns") as f64;
+    let mut failures = Vec::new();
+    for attempt in 1..=3 {
+        let untraced =
+            run(std::process::Command::new(fixture("writepath")).args(fixture_args("300000")));
+        let live = run(wprof()
+            .args(["record", "-q", "--target"])
+            .arg(&profile)
+            .arg("--")
+            .arg(fixture("writepath"))
+            .args(fixture_args("300000")));
+        let json = dir.path().join("budget.json");
+        let budget = run(wprof()
+            .args(["record", "--target"])
+            .arg(&profile)
+            .args(["--max-overhead", "10", "--aggregate", "kernel", "--json"])
+            .arg(&json)
+            .arg("--")
+            .arg(fixture("writepath"))
+            .args(fixture_args("2500000")));
+        assert_eq!(budget.status.code(), Some(0), "{}", text(&budget));
+        let stderr = String::from_utf8_lossy(&budget.stderr);
+        assert!(stderr.contains("of each second from now on"), "{stderr}");
+        let run = read_json(&json);
+        let p = &run["probe_cost"]["progress"];
+        assert!(p.is_object(), "no progress reading: {}", run["probe_cost"]);
+        assert!(
+            u(p, "live_windows") >= 1 && u(p, "paused_windows") >= 1,
+            "{p}"
+        );
+        let got = p["slowdown_pct"].as_f64().expect("slowdown_pct");
+        let want = (1.0 - mean(&untraced) / mean(&live)) * 100.0;
+        // Ten points: the three runs share the machine with whatever else runs.
+        if (got - want).abs() <= 10.0 {
+            let _ = std::fs::remove_file(&sync);
+            return;
+        }
+        failures.push(format!(
+            "attempt {attempt}: progress read {got:.1}% lost while live, the fixture's own \
+             means say {want:.1}% ({:.0} ns untraced, {:.0} ns probed): {p}",
+            mean(&untraced),
+            mean(&live)
+        ));
+    }
+    let _ = std::fs::remove_file(&sync);
+    panic!("{}", failures.join("\n"));
+}

@@ -32,7 +32,7 @@ pub use hypothesis::{Bound, Hypothesis, Kind, Outcome, Standing, Verdict};
 pub use insitu::InSituCheck;
 pub use run::{
     Aggregation, Calibration, Counters, InSituProbeTime, ObjectInfo, PhaseInfo, ProbeCost,
-    ProcessRun, Provenance, Run, SourceRun, UnwindCounters, SCHEMA_VERSION,
+    ProcessRun, ProgressCheck, Provenance, Run, SourceRun, UnwindCounters, SCHEMA_VERSION,
 };
 pub use sampled::SampledShare;
 pub use stacks::{FoldedStack, StackProfile};

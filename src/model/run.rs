@@ -236,6 +236,27 @@ pub struct ProbeCost {
     /// (`--cpu-sample`, or `--max-overhead` with sampled phases); None: too few samples.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_situ: Option<InSituProbeTime>,
+    /// The probed threads' own progress with the probes live against paused, under a duty
+    /// cycle of `--max-overhead`; None: no duty cycle, or too little to say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub progress: Option<ProgressCheck>,
+}
+
+/// The probed threads' work (read and write calls, waits) per CPU second in the duty cycle's
+/// live and paused windows (`session::progress`): the program's own slowdown under the probes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgressCheck {
+    /// Work per CPU second while the probes were live.
+    pub live_per_cpu_s: f64,
+    /// Work per CPU second while they were paused.
+    pub paused_per_cpu_s: f64,
+    /// The share lost while live, %: what `--max-overhead` prices the live probes at when
+    /// it is more than their calibrated and sampled price.
+    pub slowdown_pct: f64,
+    /// Live windows counted.
+    pub live_windows: u32,
+    /// Paused windows counted.
+    pub paused_windows: u32,
 }
 
 /// The probes' time seen in the traced processes' CPU samples, against the calibration's

@@ -275,6 +275,7 @@ pub fn sample_run() -> Run {
             added_ns: added,
             calibration: None,
             in_situ: None,
+            progress: None,
         },
         tree,
         calls: sample_calls(),

@@ -54,6 +54,8 @@ pub(super) struct Traced {
     pub probes_live: Option<f64>,
     /// The probes' time in the CPU samples, when the run sampled enough.
     pub probe_time: Option<crate::model::InSituProbeTime>,
+    /// The probed threads' progress, live against paused, when a duty cycle measured it.
+    pub progress: Option<crate::model::ProgressCheck>,
 }
 
 /// The [`Run`] of a traced run that started at `started`. Its provenance names no pid and no
@@ -79,6 +81,7 @@ pub(super) fn build_run(
         excused,
         probes_live,
         probe_time,
+        progress,
     } = traced;
     let names = phase_names(profile);
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
@@ -137,6 +140,7 @@ pub(super) fn build_run(
             added_ns: facts.added_ns,
             calibration,
             in_situ: probe_time,
+            progress,
         },
         calls,
         spans,

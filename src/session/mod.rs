@@ -27,6 +27,7 @@ mod overhead;
 mod probe_time;
 mod probed_threads;
 mod processes;
+mod progress;
 mod sampler_budget;
 mod serve;
 mod snapshots;

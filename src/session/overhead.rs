@@ -61,6 +61,9 @@ pub(super) struct OverheadWatch {
     pub peak_pct: f64,
     /// The share measured last, %.
     pub last_pct: f64,
+    /// The probes' part of it, without wprof's reading of the calls, %: what stays once the
+    /// calls are aggregated in the kernel.
+    pub last_probes_pct: f64,
     /// Completed calls a second over the last measured second (returns of every phase).
     pub calls_per_s: f64,
     /// The same per phase id.
@@ -86,6 +89,10 @@ pub(super) struct OverheadWatch {
     per_thread: bool,
     /// How many probed threads the last samples were tallied over.
     tallied_over: usize,
+    /// The probed threads' work per CPU second, probes live against paused (duty cycle).
+    pub progress: super::progress::Progress,
+    /// The share of each second the probes are live (a duty cycle's fraction, else 1).
+    live_fraction: f64,
 }
 
 impl OverheadWatch {
@@ -121,6 +128,7 @@ impl OverheadWatch {
             quiet,
             peak_pct: 0.0,
             last_pct: 0.0,
+            last_probes_pct: 0.0,
             calls_per_s: 0.0,
             phase_calls_per_s: vec![0.0; n],
             cpu_ns_per_s: 0.0,
@@ -130,6 +138,8 @@ impl OverheadWatch {
             threads: super::probed_threads::ProbedThreads::new(pids),
             per_thread: false,
             tallied_over: 0,
+            progress: Default::default(),
+            live_fraction: 1.0,
         }
     }
 
@@ -157,6 +167,31 @@ impl OverheadWatch {
     /// its share of the budget shrinks with it, and the probes get the rest.
     pub fn sampler_runs(&mut self, fraction: f64) {
         self.sampler_fraction = fraction;
+    }
+
+    /// A duty cycle switched the probes (or began, live): live now (`live`) or paused. The
+    /// probed threads' progress closes the window that ended.
+    pub fn probes_switched(&mut self, live: bool) {
+        let threads = self.threads.keys();
+        self.progress.switched(live, &threads);
+    }
+
+    /// The probes are live `fraction` of each duty cycle from now on.
+    pub fn probes_live(&mut self, fraction: f64) {
+        self.live_fraction = fraction;
+    }
+
+    /// What the probed threads' progress says the live probes take, as a share of their CPU
+    /// time over a whole cycle, %: the work per CPU second lost while live, less what the
+    /// sampler takes when it pauses with the probes, times the live fraction.
+    fn progress_pct(&self) -> Option<f64> {
+        let lost = self.progress.slowdown()?;
+        let sampler = if self.sampler_fraction < 1.0 {
+            self.sampler_pct / 100.0
+        } else {
+            0.0
+        };
+        Some((lost - sampler).max(0.0) * self.live_fraction * 100.0)
     }
 
     /// The CPU sampler's share of the traced processes' CPU time now, %.
@@ -199,6 +234,12 @@ impl OverheadWatch {
         self.last = Instant::now();
         self.threads.used_ns();
         self.in_situ.restart();
+    }
+
+    /// The calls are aggregated in the kernel from now on: wprof no longer reads each one, so
+    /// the price of a call is its probes' alone (until the next measurement says otherwise).
+    pub fn reading_stopped(&mut self) {
+        self.reading_ns_per_call = 0.0;
     }
 
     /// Runs `work` without counting its CPU time as wprof's reading of calls.
@@ -299,7 +340,8 @@ impl OverheadWatch {
         if let Some(t) = samples {
             self.in_situ.add(t, added, used, self.sampler_fraction);
         }
-        let added = added * self.in_situ.factor + reading;
+        let probes = added * self.in_situ.factor;
+        let added = probes + reading;
         self.cpu_ns_per_s = used / secs;
         // Hits are entries + returns: two per call.
         self.calls_per_s = new_hits as f64 / 2.0 / secs;
@@ -311,11 +353,19 @@ impl OverheadWatch {
         self.last_hits = hits;
         self.ticks += 1;
         self.window_s = secs;
-        let pct = if used >= MIN_CPU_NS as f64 {
-            added / used * 100.0
-        } else {
-            0.0
+        let share = |ns: f64| {
+            if used >= MIN_CPU_NS as f64 {
+                ns / used * 100.0
+            } else {
+                0.0
+            }
         };
+        // Under a duty cycle the program's own slowdown prices the probes too, when it says
+        // more than the calibration and the samples (it also sees what a trap costs the code
+        // after it).
+        let progress = self.progress_pct().unwrap_or(0.0);
+        let pct = share(added).max(progress);
+        self.last_probes_pct = share(probes).max(progress);
         self.peak_pct = self.peak_pct.max(pct);
         self.last_pct = pct;
         if self.ticks == 1 && !self.quiet {

@@ -352,6 +352,7 @@ impl<'c> Session<'c> {
         let in_kernel = c.aggregate == AggregateMode::Kernel || hooks.switched;
         let (probes_live, moved, excused) = hooks.keeper.finish(hooks.tracer);
         let probe_time = hooks.overhead.in_situ.reading();
+        let progress = hooks.overhead.progress.reading();
         if hooks.switched {
             // Its rows stop at the switch: a partial table would read as the whole run.
             agg.drop_calls();
@@ -409,6 +410,7 @@ impl<'c> Session<'c> {
             excused,
             probes_live,
             probe_time,
+            progress,
         })
     }
 }

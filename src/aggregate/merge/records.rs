@@ -130,6 +130,7 @@ pub(super) fn probe_cost(sources: &[SourceRun]) -> ProbeCost {
         calibration: None,
         // Each host's samples read its own probes: in its source's record.
         in_situ: None,
+        progress: None,
     }
 }
 

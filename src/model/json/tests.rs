@@ -287,6 +287,30 @@ fn in_situ_checks_round_trip_and_validate() -> Result<()> {
 }
 
 #[test]
+fn a_progress_reading_round_trips_and_validates() -> Result<()> {
+    let mut run = sample_run();
+    let reading = crate::model::ProgressCheck {
+        live_per_cpu_s: 477_376.7,
+        paused_per_cpu_s: 1_147_248.4,
+        slowdown_pct: 58.4,
+        live_windows: 2,
+        paused_windows: 1,
+    };
+    run.probe_cost.progress = Some(reading);
+    let v = to_json(&run);
+    assert_eq!(v["probe_cost"]["progress"]["slowdown_pct"], 58.4);
+    if let Err(e) = validate(&v) {
+        panic!("docs/json-schema-v1.json rejects a progress reading:\n{e}");
+    }
+    assert_eq!(from_json(&v.to_string())?.probe_cost.progress, Some(reading));
+    // A slowdown over 100% is no share.
+    let mut bad = v.clone();
+    bad["probe_cost"]["progress"]["slowdown_pct"] = serde_json::json!(140.0);
+    assert!(validate(&bad).is_err());
+    Ok(())
+}
+
+#[test]
 fn published_schema_rejects_what_wprof_refuses() {
     let good = to_json(&sample_run());
     let mut v = good.clone();
