@@ -302,7 +302,10 @@ fn a_progress_reading_round_trips_and_validates() -> Result<()> {
     if let Err(e) = validate(&v) {
         panic!("docs/json-schema-v1.json rejects a progress reading:\n{e}");
     }
-    assert_eq!(from_json(&v.to_string())?.probe_cost.progress, Some(reading));
+    assert_eq!(
+        from_json(&v.to_string())?.probe_cost.progress,
+        Some(reading)
+    );
     // A slowdown over 100% is no share.
     let mut bad = v.clone();
     bad["probe_cost"]["progress"]["slowdown_pct"] = serde_json::json!(140.0);
