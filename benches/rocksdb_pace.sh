@@ -48,7 +48,7 @@ import sys, time, os
 t0f = sys.argv[1] + ".t0"
 for line in sys.stdin:
     for part in line.replace("\r", "\n").split("\n"):
-        if part.startswith("wprof: probes took") or part.startswith("fillrandom") or "aggregating in the kernel" in part:
+        if part.startswith("wprof: probes took") or part.startswith("wprof: with the probes live") or part.startswith("fillrandom") or "aggregating in the kernel" in part:
             t0 = float(open(t0f).read()) if os.path.exists(t0f) else time.monotonic()
             print(f"{time.monotonic() - t0:7.2f} s  {part[:200]}", flush=True)
 ' "$tmp/pace"

@@ -237,6 +237,9 @@ pub struct Keeper<'a> {
     cut_turn: usize,
     /// A light epoch's probes on their way off, and its cut: the epoch begins once they are.
     detaching: Option<(Detaching, Cut)>,
+    /// Moved phases' probes on their way off: the kernel's grace period passes on a thread of
+    /// its own while the run goes on (their breakpoints are gone at its start).
+    moving: Vec<Detaching>,
     /// Whether the CPU sampler pauses with the probes (it samples only for the budget's
     /// moved phases, not for a CPU profile the command line asked for).
     sampler_follows: bool,
@@ -257,6 +260,7 @@ impl<'a> Keeper<'a> {
             light_phases: Vec::new(),
             cut_turn: 0,
             detaching: None,
+            moving: Vec::new(),
             sampler_follows: false,
         }
     }
@@ -322,6 +326,7 @@ impl<'a> Keeper<'a> {
         {
             self.excuse(tracer);
         }
+        self.step_moves();
         self.step_epochs(tracer, agg);
         let Some(switch) = self.duty.as_mut().and_then(DutyCycle::poll) else {
             return;
@@ -352,6 +357,20 @@ impl<'a> Keeper<'a> {
             }
             Err(e) => eprintln!("wprof: warning: duty cycle: {e:#}"),
         }
+    }
+
+    /// Forgets the moves whose probes are off; while some are still going, the returns that
+    /// find no frame are still the switch's (excused).
+    fn step_moves(&mut self) {
+        let (done, going): (Vec<Detaching>, Vec<Detaching>) =
+            self.moving.drain(..).partition(Detaching::done);
+        done.into_iter().for_each(Detaching::wait);
+        if !going.is_empty() {
+            if let Some((_, at)) = &mut self.mark {
+                *at = Instant::now();
+            }
+        }
+        self.moving = going;
     }
 
     /// The in-situ epochs: a light one takes off every probed phase below its cut, the cuts
@@ -487,9 +506,10 @@ impl<'a> Keeper<'a> {
         let mut said = Vec::new();
         if !moves.is_empty() {
             let wait = settle(agg, &moves);
-            let done = self.switching(tracer, |t| t.detach_phases(&moves, wait));
+            let done = self.switching(tracer, |t| t.detach_phases_in_background(&moves, wait));
             match done {
-                Ok(_) => {
+                Ok(d) => {
+                    self.moving.push(d);
                     for id in &moves {
                         let Some(load) = loads.iter().find(|l| l.id == *id) else {
                             continue;
@@ -521,7 +541,13 @@ impl<'a> Keeper<'a> {
             );
             return None;
         }
-        // What stays probed is still over: live part of each second, from now on.
+        // What stays probed is still over: live part of each second, from now on. Until the
+        // program's own progress has been read, at twice the figure.
+        let pct = if watch.live_cost_pct().is_none() {
+            pct * duty::UNMEASURED
+        } else {
+            pct
+        };
         let current = self.duty.as_ref().map_or(1.0, |d| d.fraction);
         let Some(fraction) = fraction_for(pct, current, budget) else {
             eprintln!(
@@ -548,12 +574,39 @@ impl<'a> Keeper<'a> {
         None
     }
 
+    /// Under a duty cycle, within the budget at the last measurement: when the probed
+    /// threads' progress says a live window costs them less than the fraction allows for (it
+    /// began at twice the probes' price, [`duty::UNMEASURED`]), goes live longer. Whether it
+    /// did.
+    pub fn room(&mut self, watch: &OverheadWatch) -> bool {
+        let (Some(d), Some(lost), Some(budget)) =
+            (self.duty.as_mut(), watch.live_cost_pct(), watch.budget())
+        else {
+            return false;
+        };
+        // The figures price it too: the dearer of the two stands.
+        let figure = watch.last_pct / d.fraction.max(duty::MIN_FRACTION);
+        let Some(fraction) = duty::raised_fraction(lost.max(figure), d.fraction, budget) else {
+            return false;
+        };
+        d.fraction = fraction;
+        eprintln!(
+            "wprof: with the probes live the probed threads did {lost:.0}% less work per CPU \
+             second (the probes' figure: {figure:.1}% of a live window), within {}: their \
+             probes are live {:.0}% of each second from now on",
+            watch.budget_phrase(),
+            fraction * 100.0
+        );
+        true
+    }
+
     /// At the end of the run: the share of it the probes were live (None: always), and the
     /// unmatched returns per phase that switching probes caused.
     pub fn finish(&mut self, tracer: &mut Tracer) -> (Option<f64>, Vec<Moved>, Vec<u64>) {
         if let Some((d, _)) = self.detaching.take() {
             d.wait();
         }
+        self.moving.drain(..).for_each(Detaching::wait);
         self.excuse(tracer);
         // Ended in a pause: BPF was stopped, and the end's recalibration needs it.
         if self.duty.as_ref().is_some_and(|d| !d.is_live()) {

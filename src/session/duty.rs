@@ -31,6 +31,33 @@ pub fn fraction_for(pct: f64, current: f64, budget_pct: f64) -> Option<f64> {
     (f >= MIN_FRACTION).then_some(f)
 }
 
+/// Until the probed threads' progress says what a live window costs them
+/// (`super::progress`), a cycle prices the probes at this many times the figure: the traps
+/// cost db_bench's writes ~2.4× what the calibration priced (30% of their pace lost against
+/// 12.7%), and the first cycle, 2 s at the fraction it starts with, was most of a run's
+/// excess over its budget.
+pub const UNMEASURED: f64 = 2.0;
+
+/// The most a cycle goes live once the program's slowdown is known: its paused windows are
+/// what the slowdown is measured against.
+pub const MAX_FRACTION: f64 = 0.9;
+
+/// A fraction is raised only to more than this many times itself (a reading's noise does not
+/// move it back and forth).
+const RAISE_OVER: f64 = 1.25;
+
+/// The live fraction that fits `budget_pct` when a live window costs `live_pct` of the probed
+/// threads' CPU time (the program's own slowdown, or more), when that is well above
+/// `current`: the fraction a first cycle started from an unmeasured price may come back up to.
+pub fn raised_fraction(live_pct: f64, current: f64, budget_pct: f64) -> Option<f64> {
+    let f = if live_pct > 0.0 {
+        (budget_pct / live_pct * AIM).min(MAX_FRACTION)
+    } else {
+        MAX_FRACTION
+    };
+    (f > current * RAISE_OVER).then_some(f)
+}
+
 /// The duty cycle's state.
 #[derive(Debug, Clone)]
 pub struct DutyCycle {
@@ -121,6 +148,16 @@ mod tests {
         // Never raises it, and gives up below the minimum.
         assert!(fraction_for(11.0, 0.5, 10.0).unwrap() <= 0.4);
         assert_eq!(fraction_for(1000.0, 0.1, 1.0), None);
+    }
+
+    #[test]
+    fn a_measured_slowdown_raises_a_fraction_only_well_above_it() {
+        // Live windows lose 20%, budget 7.5%: 30% live fits (7.5/20 × 0.8).
+        assert!((raised_fraction(20.0, 0.1, 7.5).unwrap() - 0.3).abs() < 1e-9);
+        // Not for a little more than the fraction it has, nor past 90%.
+        assert_eq!(raised_fraction(20.0, 0.25, 7.5), None);
+        assert_eq!(raised_fraction(0.0, 0.2, 7.5), Some(MAX_FRACTION));
+        assert_eq!(raised_fraction(1.0, 0.8, 7.5), None);
     }
 
     #[test]

@@ -168,9 +168,11 @@ impl trace_loop::Hooks for RunHooks<'_> {
         } else {
             None
         };
+        let ticks = self.overhead.ticks();
         let over = self
             .overhead
             .tick(self.tracer, traced.iter().copied(), samples);
+        let measured = self.overhead.ticks() != ticks;
         // A switch to the kernel this tick (auto's rate, or the budget's first step) takes
         // wprof's reading of every call out of the figure just measured: the budget acts on
         // what the probes took alone now, if that is still over, rather than a measurement
@@ -193,11 +195,19 @@ impl trace_loop::Hooks for RunHooks<'_> {
         } else {
             over
         };
-        let pct = over?;
+        let Some(pct) = over else {
+            if measured && self.keeper.room(&self.overhead) {
+                self.overhead.sampler_runs(self.keeper.sampler_fraction());
+                self.overhead.probes_live(self.keeper.live_fraction());
+            }
+            return None;
+        };
         let moved = self.keeper.moved.len();
         let cycling = self.keeper.duty_cycling();
         let end = self.keeper.over(self.tracer, &self.overhead, pct, &*agg);
         if self.keeper.moved.len() != moved || switched_now {
+            let gone = self.keeper.moved[moved..].iter().map(|m| m.id);
+            self.overhead.forget_phases(gone);
             self.overhead.rebase(self.tracer, &traced);
         }
         if self.keeper.duty_cycling() {

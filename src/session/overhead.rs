@@ -22,9 +22,11 @@ pub(super) const WARN_PCT: f64 = 5.0;
 const EVERY: Duration = Duration::from_secs(1);
 
 /// How soon it is measured under `--max-overhead`, first and while over the budget: a hot
-/// probe is moved off within a quarter second (/proc's CPU times tick at 10 ms, so this is
-/// still ~25 ticks of one busy CPU).
-const EVERY_OVER: Duration = Duration::from_millis(250);
+/// probe is moved off within a tenth of a second (/proc's CPU times tick at 10 ms, so this is
+/// still ~10 ticks of one busy CPU). At a quarter second, db_bench's first second under the
+/// budget ran at half its pace: three steps (the kernel and the moves, a phase of a thread
+/// seen later, the duty cycle) each waited a window.
+const EVERY_OVER: Duration = Duration::from_millis(100);
 
 /// CPU time below which a share says nothing: /proc's CPU times tick at 10 ms.
 pub(super) const MIN_CPU_NS: u64 = 10_000_000;
@@ -182,16 +184,26 @@ impl OverheadWatch {
     }
 
     /// What the probed threads' progress says the live probes take, as a share of their CPU
-    /// time over a whole cycle, %: the work per CPU second lost while live, less what the
-    /// sampler takes when it pauses with the probes, times the live fraction.
+    /// time over a whole cycle, %: [`OverheadWatch::live_cost_pct`] times the live fraction.
     fn progress_pct(&self) -> Option<f64> {
+        Some(self.live_cost_pct()? * self.live_fraction)
+    }
+
+    /// What the probed threads' progress says a live window costs them, %: the work per CPU
+    /// second lost while live, less what the sampler takes when it pauses with the probes.
+    pub fn live_cost_pct(&self) -> Option<f64> {
         let lost = self.progress.slowdown()?;
         let sampler = if self.sampler_fraction < 1.0 {
             self.sampler_pct / 100.0
         } else {
             0.0
         };
-        Some((lost - sampler).max(0.0) * self.live_fraction * 100.0)
+        Some((lost - sampler).max(0.0) * 100.0)
+    }
+
+    /// Measurements made so far.
+    pub fn ticks(&self) -> u32 {
+        self.ticks
     }
 
     /// The CPU sampler's share of the traced processes' CPU time now, %.
@@ -234,6 +246,16 @@ impl OverheadWatch {
         self.last = Instant::now();
         self.threads.used_ns();
         self.in_situ.restart();
+    }
+
+    /// These phases moved to sampling: their probes' last hits (returns live a little longer
+    /// than entries while they come off) are no price of what stays probed.
+    pub fn forget_phases(&mut self, ids: impl IntoIterator<Item = u32>) {
+        for id in ids {
+            if let Some(h) = self.hit_ns.get_mut(id as usize) {
+                *h = 0.0;
+            }
+        }
     }
 
     /// The calls are aggregated in the kernel from now on: wprof no longer reads each one, so
