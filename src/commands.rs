@@ -211,7 +211,8 @@ fn write_estimate(
         match e.duty {
             None => String::new(),
             Some(Some(f)) => format!(
-                "; still over {b:.2}%: what stays probed would be live {:.0}% of each cycle",
+                "; still over {b:.2}%: what stays probed would start live {:.0}% of each cycle \
+                 (then what its own slowdown allows)",
                 f * 100.0
             ),
             Some(None) => format!(

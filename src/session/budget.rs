@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::duty::{self, fraction_for, DutyCycle, Switch};
+use super::duty::{self, DutyCycle, Switch};
 use super::insitu::{Epochs, Step};
 use super::overhead::{unmatched_by_phase, OverheadWatch};
 use super::trace_loop::EndReason;
@@ -543,13 +543,9 @@ impl<'a> Keeper<'a> {
         }
         // What stays probed is still over: live part of each second, from now on. Until the
         // program's own progress has been read, at twice the figure.
-        let pct = if watch.live_cost_pct().is_none() {
-            pct * duty::UNMEASURED
-        } else {
-            pct
-        };
         let current = self.duty.as_ref().map_or(1.0, |d| d.fraction);
-        let Some(fraction) = fraction_for(pct, current, budget) else {
+        let measured = watch.live_cost_pct().is_some();
+        let Some(fraction) = duty::fraction_priced(pct, current, budget, measured) else {
             eprintln!(
                 "wprof: {head}, and no more phases may move to sampling (roots, parents and \
                  measure = \"probe\" phases stay probed) nor be probed less than {:.0}% of the time: \

@@ -58,6 +58,17 @@ pub fn raised_fraction(live_pct: f64, current: f64, budget_pct: f64) -> Option<f
     (f > current * RAISE_OVER).then_some(f)
 }
 
+/// [`fraction_for`] at [`UNMEASURED`] times `pct` until the program's own slowdown has been
+/// read (`measured`), never giving up on the doubling alone: where `pct` itself would fit,
+/// [`MIN_FRACTION`] until the reading says more.
+pub fn fraction_priced(pct: f64, current: f64, budget_pct: f64, measured: bool) -> Option<f64> {
+    if measured {
+        return fraction_for(pct, current, budget_pct);
+    }
+    fraction_for(pct * UNMEASURED, current, budget_pct)
+        .or_else(|| fraction_for(pct, current, budget_pct).map(|_| MIN_FRACTION))
+}
+
 /// The duty cycle's state.
 #[derive(Debug, Clone)]
 pub struct DutyCycle {
@@ -148,6 +159,17 @@ mod tests {
         // Never raises it, and gives up below the minimum.
         assert!(fraction_for(11.0, 0.5, 10.0).unwrap() <= 0.4);
         assert_eq!(fraction_for(1000.0, 0.1, 1.0), None);
+    }
+
+    #[test]
+    fn an_unmeasured_price_counts_twice_but_never_alone_ends_the_run() {
+        // 40% with the probes always live, budget 10%: 10% live before the reading (10/80 ×
+        // 0.8), 20% after it.
+        assert!((fraction_priced(40.0, 1.0, 10.0, false).unwrap() - 0.1).abs() < 1e-9);
+        assert!((fraction_priced(40.0, 1.0, 10.0, true).unwrap() - 0.2).abs() < 1e-9);
+        // 2.5% live would fit the figure; twice it would not: the minimum, not a detach.
+        assert_eq!(fraction_priced(320.0, 1.0, 10.0, false), Some(MIN_FRACTION));
+        assert_eq!(fraction_priced(1000.0, 1.0, 10.0, false), None);
     }
 
     #[test]

@@ -113,7 +113,10 @@ pub fn estimate(
         sampler_budget::probes_budget(budget_pct, sampler.map_or(0.0, |(_, pct)| pct));
     let loads = budget::loads(phases, &edges, &[], &rates);
     let plan = budget::plan_moves(phases, &edges, &[], &rates, cpu_ns_per_s, probes_budget_pct);
-    let duty = (!plan.fits).then(|| duty::fraction_for(plan.projected_pct, 1.0, probes_budget_pct));
+    // The fraction a run's first cycle would start from, before the program's own slowdown
+    // is read.
+    let duty = (!plan.fits)
+        .then(|| duty::fraction_priced(plan.projected_pct, 1.0, probes_budget_pct, false));
     Ok(Estimate {
         secs: elapsed,
         cpu_ns_per_s,

@@ -91,6 +91,12 @@ impl RunHooks<'_> {
         self.switch_to_kernel(&why)
     }
 
+    /// Tells the overhead watch the duty cycle's live fraction, and the sampler's with it.
+    fn follow_duty(&mut self) {
+        self.overhead.sampler_runs(self.keeper.sampler_fraction());
+        self.overhead.probes_live(self.keeper.live_fraction());
+    }
+
     /// Whether `--aggregate auto` has yet to switch or say why it cannot (after either, or
     /// without it, `auto` is `Off`).
     fn auto_pending(&self) -> bool {
@@ -197,8 +203,7 @@ impl trace_loop::Hooks for RunHooks<'_> {
         };
         let Some(pct) = over else {
             if measured && self.keeper.room(&self.overhead) {
-                self.overhead.sampler_runs(self.keeper.sampler_fraction());
-                self.overhead.probes_live(self.keeper.live_fraction());
+                self.follow_duty();
             }
             return None;
         };
@@ -216,8 +221,7 @@ impl trace_loop::Hooks for RunHooks<'_> {
                 self.overhead.probes_switched(true);
             }
             self.overhead.measure_every(duty::CYCLE);
-            self.overhead.sampler_runs(self.keeper.sampler_fraction());
-            self.overhead.probes_live(self.keeper.live_fraction());
+            self.follow_duty();
         }
         end
     }
