@@ -93,6 +93,10 @@ pub(super) struct OverheadWatch {
     tallied_over: usize,
     /// The probed threads' work per CPU second, probes live against paused (duty cycle).
     pub progress: super::progress::Progress,
+    /// Whether wprof reads each call (per event): after a switch to the kernel its own CPU
+    /// time is no price of a call (the first window after it drained the ring's last spans,
+    /// ~7 per root call, and priced the root at 2.5× its probes on the fixture).
+    reads_calls: bool,
     /// The share of each second the probes are live (a duty cycle's fraction, else 1).
     live_fraction: f64,
 }
@@ -141,6 +145,7 @@ impl OverheadWatch {
             per_thread: false,
             tallied_over: 0,
             progress: Default::default(),
+            reads_calls: true,
             live_fraction: 1.0,
         }
     }
@@ -262,6 +267,7 @@ impl OverheadWatch {
     /// the price of a call is its probes' alone (until the next measurement says otherwise).
     pub fn reading_stopped(&mut self) {
         self.reading_ns_per_call = 0.0;
+        self.reads_calls = false;
     }
 
     /// Runs `work` without counting its CPU time as wprof's reading of calls.
@@ -339,7 +345,11 @@ impl OverheadWatch {
         // wprof's own work on the calls it reads: on a busy host it is CPU the traced
         // processes do not get (pgbench, 2 clients on 2 CPUs: ~200 ns a call per event).
         let own = own_user_ns();
-        let reading = own.saturating_sub(self.last_own_ns) as f64;
+        let reading = if self.reads_calls {
+            own.saturating_sub(self.last_own_ns) as f64
+        } else {
+            0.0
+        };
         self.last_own_ns = own;
         let calls = new_hits as f64 / 2.0;
         self.reading_ns_per_call = if calls >= 1.0 { reading / calls } else { 0.0 };
