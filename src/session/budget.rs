@@ -366,9 +366,7 @@ impl<'a> Keeper<'a> {
             self.moving.drain(..).partition(Detaching::done);
         done.into_iter().for_each(Detaching::wait);
         if !going.is_empty() {
-            if let Some((_, at)) = &mut self.mark {
-                *at = Instant::now();
-            }
+            self.extend_excuse();
         }
         self.moving = going;
     }
@@ -379,9 +377,7 @@ impl<'a> Keeper<'a> {
     fn step_epochs(&mut self, tracer: &mut Tracer, agg: &mut Aggregator) {
         if let Some((d, cut)) = self.detaching.take() {
             // Returns that find no frame meanwhile are the switch's: still excused.
-            if let Some((_, at)) = &mut self.mark {
-                *at = Instant::now();
-            }
+            self.extend_excuse();
             if !d.done() {
                 self.detaching = Some((d, cut));
                 return;
@@ -446,6 +442,13 @@ impl<'a> Keeper<'a> {
         }
     }
 
+    /// The excuse window of the switch going on runs from now (probes still coming off).
+    fn extend_excuse(&mut self) {
+        if let Some((_, at)) = &mut self.mark {
+            *at = Instant::now();
+        }
+    }
+
     /// Excuses the unmatched returns counted since the last switch began (see `switching`).
     fn excuse(&mut self, tracer: &mut Tracer) {
         let Some((before, _)) = self.mark.take() else {
@@ -465,9 +468,7 @@ impl<'a> Keeper<'a> {
             self.mark = Some((unmatched_by_phase(tracer, n), Instant::now()));
         }
         let done = op(tracer);
-        if let Some((_, at)) = &mut self.mark {
-            *at = Instant::now();
-        }
+        self.extend_excuse();
         done
     }
 
@@ -536,7 +537,8 @@ impl<'a> Keeper<'a> {
             // probes are off (db_bench's root: 9% projected, 36% measured), so a cycle set
             // from it would start several times too live.
             eprintln!(
-                "wprof: {head}: moved to CPU sampling: {}; {projected:.1}% at the calls' last                  rate, measured again now",
+                "wprof: {head}: moved to CPU sampling: {}; {projected:.1}% at the calls' last \
+                 rate, measured again now",
                 said.join(", "),
             );
             return None;
