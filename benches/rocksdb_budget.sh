@@ -2,7 +2,9 @@
 # RocksDB's db_bench fillrandom under `wprof record --target rocksdb --max-overhead 10`, each
 # traced run bracketed by untraced runs (ratio against the mean of the runs before and after
 # it). Prints ops/s, the probes' live share, write_impl's corrected mean against RocksDB's own
-# mean in the traced run, the budget's in-situ reading and the sampled children's shares.
+# mean in the traced run (ratio_mean), the budget's in-situ reading, the program's pace (the
+# slowdown while live, and what a hit cost the code after it beyond its price, per root) and
+# the sampled children's shares.
 #
 # Run as root: benches/rocksdb_budget.sh [KEYS] [ROUNDS]     (defaults: 2000000 2)
 # WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to wprof's arguments (e.g.
@@ -31,7 +33,8 @@ r=[x for x in roots if x["name"]=="write_impl"][0]
 mean=r.get("corrected",r)["total_ns"]/max(r["count"],1)/1e3
 kids=", ".join(f'{c["name"]} {c["sampled"]["samples"]/max(c["sampled"]["parent_samples"],1):.0%}' for c in r["children"] if "sampled" in c)
 pr=run["probe_cost"].get("progress") or {}
-print(f"before {b:.0f} traced {t:.0f} after {a:.0f} ratio {2*t/(a+b):.3f} live {run['provenance'].get('probes_live_fraction')} root {r['name']} corr_mean {mean:.2f}us own(traced run) {o:.2f}us in_situ {run['probe_cost'].get('in_situ',{}).get('factor')} progress {pr.get('slowdown_pct',0):.0f}% sampled: {kids}")
+ex=",".join(f'{e["root"]} {e["ns_per_hit"]:.0f}' for e in pr.get("excess_by_root",[]))
+print(f"before {b:.0f} traced {t:.0f} after {a:.0f} ratio {2*t/(a+b):.3f} live {run['provenance'].get('probes_live_fraction')} root {r['name']} corr_mean {mean:.2f}us own(traced run) {o:.2f}us in_situ {run['probe_cost'].get('in_situ',{}).get('factor')} progress {pr.get('slowdown_pct',0):.0f}% excess/hit ns: {ex or '-'} ratio_mean {mean/o if o else 0:.3f} sampled: {kids}")
 PY
   grep -E "probes took|first" "$tmp/err" | cut -c1-250 | head -4 || true
   b=$a

@@ -506,15 +506,28 @@ fn a_duty_cycle_reads_the_slowdown_the_program_itself_shows() {
         );
         let got = p["slowdown_pct"].as_f64().expect("slowdown_pct");
         let want = (1.0 - mean(&untraced) / mean(&live)) * 100.0;
-        // Ten points: the three runs share the machine with whatever else runs.
-        if (got - want).abs() <= 10.0 {
+        // What a hit cost beyond its price is measured on the root's own thread.
+        let excess = &p["excess_by_root"];
+        assert_eq!(excess[0]["root"], "write_record", "{p}");
+        assert!(u(&excess[0], "hits") >= 1_000, "{p}");
+        // The root's corrected mean, its calls taken in the live windows, against the
+        // fixture's own untraced mean: the calibration, the samples and what the program's
+        // pace says a hit costs beyond its price all came out (with every hit's aftermath
+        // counted twice, or the corrected price missing, it misses by more than half).
+        let root = &run["tree"]["roots"][0];
+        let corrected = u(&root["corrected"], "total_ns") as f64 / u(root, "count") as f64;
+        let truth = mean(&untraced);
+        // Ten points: the three runs share the machine with whatever else runs. A quarter of
+        // a ~0.85 µs write: the calibration's own error is ±0.25 µs a call here.
+        if (got - want).abs() <= 10.0 && (corrected / truth - 1.0).abs() <= 0.25 {
             let _ = std::fs::remove_file(&sync);
             return;
         }
         failures.push(format!(
             "attempt {attempt}: progress read {got:.1}% lost while live, the fixture's own \
-             means say {want:.1}% ({:.0} ns untraced, {:.0} ns probed): {p}",
-            mean(&untraced),
+             means say {want:.1}% ({:.0} ns untraced, {:.0} ns probed); wprof's corrected \
+             mean {corrected:.0} ns against {truth:.0} ns untraced: {p}",
+            truth,
             mean(&live)
         ));
     }

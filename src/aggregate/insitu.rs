@@ -18,7 +18,9 @@ use std::collections::{BTreeMap, HashMap};
 use wprof_common::Event;
 
 use super::insitu_cuts::Cut;
-use crate::model::{new_histogram, InSituCheck, LatencyHistogram, PhaseTree, TreeNode};
+use crate::model::{
+    map_histogram, new_histogram, InSituCheck, LatencyHistogram, PhaseTree, TreeNode,
+};
 
 /// Light-epoch calls of a node needed before the check says anything.
 pub const MIN_LIGHT_CALLS: u64 = 30;
@@ -395,12 +397,7 @@ fn shrink(n: &mut TreeNode, ratio: f64) {
     c.total_ns = (c.total_ns as f64 * ratio).round() as u64;
     c.self_ns = (c.self_ns as f64 * ratio).round() as u64;
     c.probe_ns = raw.saturating_sub(c.total_ns);
-    let mut hist = new_histogram();
-    for v in c.hist.iter_recorded() {
-        let scaled = ((v.value_iterated_to() as f64 * ratio).round() as u64).max(1);
-        hist.saturating_record_n(scaled, v.count_at_value());
-    }
-    c.hist = hist;
+    c.hist = map_histogram(&c.hist, |v| (v as f64 * ratio).round() as u64);
 }
 
 fn scale(n: &mut TreeNode, factor: f64, own_ns: &[u64]) {

@@ -10,6 +10,7 @@
 //! one ([`merge`], `wprof merge`): the same addition, over finished runs. Plain values only: nothing
 //! here touches BPF, so it is tested without root.
 
+pub mod aftermath;
 mod build;
 mod calls;
 

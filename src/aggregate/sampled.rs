@@ -18,6 +18,9 @@ pub struct SampledCounts {
     under: HashMap<Vec<String>, u64>,
     /// Per (probed path, sampled chain from the outermost): samples whose stack held it.
     hits: HashMap<(Vec<String>, Vec<String>), u64>,
+    /// Per node path (labels from the root): every CPU sample taken while it was open, the
+    /// ones in uprobe handling too: each made the call it interrupted that much longer.
+    pub interrupted: HashMap<Vec<String>, u64>,
 }
 
 impl SampledCounts {
@@ -52,6 +55,13 @@ impl SampledCounts {
                 .hits
                 .entry((path.to_vec(), full[..i].to_vec()))
                 .or_default() += weight;
+        }
+    }
+
+    /// Counts `weight` samples taken with `path` open against it and each of its ancestors.
+    pub fn interrupt(&mut self, path: &[String], weight: u64) {
+        for i in 1..=path.len() {
+            *self.interrupted.entry(path[..i].to_vec()).or_default() += weight;
         }
     }
 

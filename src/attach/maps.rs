@@ -23,6 +23,15 @@ fn typed<M, T: TryFrom<M, Error = aya::maps::MapError>>(map: M, what: &str) -> R
     T::try_from(map).with_context(|| format!("BPF map {what} has an unexpected type"))
 }
 
+/// A thread's calls entered so far, and its last root call's phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadEntries {
+    /// Calls entered, wrapping.
+    pub entries: u32,
+    /// The phase id of its outermost frame.
+    pub root: u32,
+}
+
 impl Tracer {
     /// The map called `what`, or an error naming it.
     fn map(&self, what: &'static str) -> Result<&Map> {
@@ -183,6 +192,31 @@ impl Tracer {
         self.stacks()
             .map(|s| s.keys().filter_map(Result::ok).collect())
             .unwrap_or_default()
+    }
+
+    /// How many calls each of `threads` (keys as [`Tracer::threads_in_phases`]) has entered
+    /// so far (wrapping at 2^32), and the phase of its outermost frame (its last root call's);
+    /// a thread with no stack is left out.
+    pub fn thread_entries(
+        &self,
+        threads: impl IntoIterator<Item = u64>,
+    ) -> Vec<(u64, ThreadEntries)> {
+        let Ok(stacks) = self.stacks() else {
+            return Vec::new();
+        };
+        threads
+            .into_iter()
+            .filter_map(|k| {
+                let st = stacks.get(&k, 0).ok()?;
+                Some((
+                    k,
+                    ThreadEntries {
+                        entries: st.entries,
+                        root: st.frames[0].phase,
+                    },
+                ))
+            })
+            .collect()
     }
 
     /// Frees the phase stacks of threads that have exited, at most once a second. A thread

@@ -40,6 +40,7 @@ const GO_START_THE_WORLD: &str = "runtime.startTheWorldWithSema";
 
 pub use capabilities::{check_capabilities, missing_capabilities};
 pub use links::Detaching;
+pub use maps::ThreadEntries;
 pub use unwind_guard::GuardWrites;
 
 use crate::error::WprofError;

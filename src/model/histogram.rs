@@ -17,3 +17,13 @@ pub fn new_histogram() -> LatencyHistogram {
     Histogram::new_with_bounds(1, MAX_TRACKED_NS, SIGNIFICANT_DIGITS)
         .unwrap_or_else(|_| unreachable!("constant histogram bounds are valid"))
 }
+
+/// `hist` with every recorded duration passed through `f` (at least 1 ns), counts kept: a
+/// correction that scales or shifts a node's calls after aggregation.
+pub fn map_histogram(hist: &LatencyHistogram, f: impl Fn(u64) -> u64) -> LatencyHistogram {
+    let mut out = new_histogram();
+    for v in hist.iter_recorded() {
+        out.saturating_record_n(f(v.value_iterated_to()).max(1), v.count_at_value());
+    }
+    out
+}

@@ -27,12 +27,15 @@ pub(crate) mod testutil;
 pub use calls::{CallRow, CallTable, SpanLog, SpanRecord};
 pub use comparison::{AlignBy, Comparison, Keyed, NodeStats, Row, ALPHA};
 pub use cost::{class_from_name, class_name, ClassCost, CostClass, MEASURED, MODEL};
-pub use histogram::{new_histogram, LatencyHistogram, MAX_TRACKED_NS, SIGNIFICANT_DIGITS};
+pub use histogram::{
+    map_histogram, new_histogram, LatencyHistogram, MAX_TRACKED_NS, SIGNIFICANT_DIGITS,
+};
 pub use hypothesis::{Bound, Hypothesis, Kind, Outcome, Standing, Verdict};
 pub use insitu::InSituCheck;
 pub use run::{
     Aggregation, Calibration, Counters, InSituProbeTime, ObjectInfo, PhaseInfo, ProbeCost,
-    ProcessRun, ProgressCheck, Provenance, Run, SourceRun, UnwindCounters, SCHEMA_VERSION,
+    ProcessRun, ProgressCheck, Provenance, RootExcess, Run, SourceRun, UnwindCounters,
+    SCHEMA_VERSION,
 };
 pub use sampled::SampledShare;
 pub use stacks::{FoldedStack, StackProfile};

@@ -244,7 +244,7 @@ pub struct ProbeCost {
 
 /// The probed threads' work (read and write calls, waits) per CPU second in the duty cycle's
 /// live and paused windows (`session::progress`): the program's own slowdown under the probes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ProgressCheck {
     /// Work per CPU second while the probes were live.
     pub live_per_cpu_s: f64,
@@ -257,6 +257,31 @@ pub struct ProgressCheck {
     pub live_windows: u32,
     /// Paused windows counted.
     pub paused_windows: u32,
+    /// Probe hits (entries and returns) of the measured threads in the live windows.
+    #[serde(default)]
+    pub live_hits: u64,
+    /// What each hit cost the traced code beyond its calibrated price, ns: the live windows'
+    /// CPU time over what their work took at the paused rate, less the hits' price and the
+    /// sampler's, per hit. The tree's corrected times take it out once for every hit inside
+    /// a call's window (its own entry, its descendants' entries and returns). None: fewer
+    /// than 1,000 live hits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excess_ns_per_hit: Option<f64>,
+    /// The same per root phase, over the threads whose last root call was of it (each
+    /// root's subtree is corrected by its own, the others by `excess_ns_per_hit`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub excess_by_root: Vec<RootExcess>,
+}
+
+/// What a probe hit cost the code after it on the threads of one root phase.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RootExcess {
+    /// The root phase's name.
+    pub root: String,
+    /// Beyond the hit's calibrated price, ns.
+    pub ns_per_hit: f64,
+    /// The live probe hits it was measured over.
+    pub hits: u64,
 }
 
 /// The probes' time seen in the traced processes' CPU samples, against the calibration's

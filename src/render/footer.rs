@@ -271,6 +271,16 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
             }
         ));
     }
+    if let Some(p) = &pc.progress {
+        out.push_str(&format!(
+            "  the program's pace: {:.0}% less work per CPU second with the probes live \
+             ({} live, {} paused windows){}\n",
+            p.slowdown_pct,
+            p.live_windows,
+            p.paused_windows,
+            excess_phrase(p)
+        ));
+    }
 
     let limit = opts.flag_probe_share * 100.0;
     if flagged.is_empty() {
@@ -289,6 +299,26 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
             "flagged (probe share > {limit:.0}%, {why}): {}\n",
             list.join(", ")
         ));
+    }
+}
+
+/// "; each hit cost the code after it N beyond its price (per root) …", from the progress
+/// reading's excess per hit.
+fn excess_phrase(p: &crate::model::ProgressCheck) -> String {
+    let roots: Vec<String> = p
+        .excess_by_root
+        .iter()
+        .filter(|r| r.ns_per_hit > 0.0)
+        .map(|r| format!("{} under {}", format_ns(r.ns_per_hit), r.root))
+        .collect();
+    match p.excess_ns_per_hit {
+        Some(_) if !roots.is_empty() => format!(
+            "; each hit cost the code after it {} beyond its price, taken out once per hit \
+             inside a call",
+            roots.join(", ")
+        ),
+        Some(_) => "; no hit cost more than its price".to_string(),
+        None => String::new(),
     }
 }
 

@@ -310,14 +310,14 @@ impl<'a> Keeper<'a> {
     }
 
     /// Call after every drain: runs the duty cycle and settles the excused returns.
-    /// `switched(live)` hears when the probes change: just before a pause starts taking them
-    /// off (their breakpoints go first, the kernel's grace period after), just after a resume
-    /// put them back.
+    /// `switched(live, tracer)` hears when the probes change: just before a pause starts
+    /// taking them off (their breakpoints go first, the kernel's grace period after), just
+    /// after a resume put them back.
     pub fn poll(
         &mut self,
         tracer: &mut Tracer,
         agg: &mut Aggregator,
-        mut switched: impl FnMut(bool),
+        mut switched: impl FnMut(bool, &mut Tracer),
     ) {
         if self
             .mark
@@ -332,7 +332,7 @@ impl<'a> Keeper<'a> {
             return;
         };
         if switch == Switch::Pause {
-            switched(false);
+            switched(false, tracer);
         }
         let ids = self.probed();
         let wait = settle(agg, &ids);
@@ -352,7 +352,7 @@ impl<'a> Keeper<'a> {
             Ok(queued) => {
                 queued.iter().for_each(|e| agg.add(e));
                 if switch == Switch::Resume {
-                    switched(true);
+                    switched(true, tracer);
                 }
             }
             Err(e) => eprintln!("wprof: warning: duty cycle: {e:#}"),

@@ -56,6 +56,8 @@ pub(super) struct Traced {
     pub probe_time: Option<crate::model::InSituProbeTime>,
     /// The probed threads' progress, live against paused, when a duty cycle measured it.
     pub progress: Option<crate::model::ProgressCheck>,
+    /// What one CPU sample costs the thread it interrupts, ns (0: not measured).
+    pub sample_ns: f64,
 }
 
 /// The [`Run`] of a traced run that started at `started`. Its provenance names no pid and no
@@ -82,6 +84,7 @@ pub(super) fn build_run(
         probes_live,
         probe_time,
         progress,
+        sample_ns,
     } = traced;
     let names = phase_names(profile);
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
@@ -104,6 +107,21 @@ pub(super) fn build_run(
         }
         _ => Vec::new(),
     };
+    // What wprof's own interruptions add beyond the calibrated probe price: the CPU sampler's
+    // interrupts in the calls they hit, and what the traps cost the code after them, as the
+    // program's own pace showed it under a duty cycle. Taken out before the sampled phases
+    // take their shares of the parents.
+    crate::aggregate::aftermath::take_out_samples(&mut tree, &sampled.interrupted, sample_ns);
+    if let Some(p) = &progress {
+        let of_root = |root: &str| {
+            p.excess_by_root
+                .iter()
+                .find(|r| r.root == root)
+                .map(|r| r.ns_per_hit)
+                .or(p.excess_ns_per_hit)
+        };
+        crate::aggregate::aftermath::correct(&mut tree, &of_root);
+    }
     graft_sampled(&mut tree, &sampled, phases);
     if let Some(s) = &mut split {
         costs::state_errors(&mut s.with, error_per_hit);

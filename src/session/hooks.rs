@@ -162,8 +162,9 @@ impl trace_loop::Hooks for RunHooks<'_> {
         self.tracer.jitter_sampling();
         self.tracer.sweep_exited_threads();
         let overhead = &mut self.overhead;
-        self.keeper
-            .poll(self.tracer, agg, |live| overhead.probes_switched(live));
+        self.keeper.poll(self.tracer, agg, |live, t| {
+            overhead.probes_switched(live, t)
+        });
         let samples = if self.overhead.due() && stacks.cpu.records > 0 {
             let (tracer, meter) = (&mut *self.tracer, &mut self.probe_time);
             let probed = self.overhead.probed_threads();
@@ -218,7 +219,7 @@ impl trace_loop::Hooks for RunHooks<'_> {
         if self.keeper.duty_cycling() {
             if !cycling {
                 // The cycle begins live: its first window counts from now.
-                self.overhead.probes_switched(true);
+                self.overhead.probes_switched(true, self.tracer);
             }
             self.overhead.measure_every(duty::CYCLE);
             self.follow_duty();

@@ -99,6 +99,8 @@ pub(super) struct OverheadWatch {
     reads_calls: bool,
     /// The share of each second the probes are live (a duty cycle's fraction, else 1).
     live_fraction: f64,
+    /// Entry + return hits per phase id at the duty cycle's last switch.
+    switch_hits: Vec<u64>,
 }
 
 impl OverheadWatch {
@@ -145,6 +147,7 @@ impl OverheadWatch {
             per_thread: false,
             tallied_over: 0,
             progress: Default::default(),
+            switch_hits: Vec::new(),
             reads_calls: true,
             live_fraction: 1.0,
         }
@@ -177,10 +180,35 @@ impl OverheadWatch {
     }
 
     /// A duty cycle switched the probes (or began, live): live now (`live`) or paused. The
-    /// probed threads' progress closes the window that ended.
-    pub fn probes_switched(&mut self, live: bool) {
+    /// probed threads' progress closes the window that ended, with the probes' hits in it.
+    pub fn probes_switched(&mut self, live: bool, tracer: &mut Tracer) {
         let threads = self.threads.keys();
-        self.progress.switched(live, &threads);
+        let now = phase_hits(tracer, self.hit_ns.len());
+        let mut hits = super::progress::Hits::default();
+        // Phases moved to sampling (priced at 0 from then on) are no hits of what stays.
+        for ((h, l), c) in now.iter().zip(&self.switch_hits).zip(&self.hit_ns) {
+            if *c > 0.0 {
+                let n = h.saturating_sub(*l);
+                hits.hits += n;
+                hits.priced_ns += n as f64 * c * self.in_situ.factor;
+            }
+        }
+        self.switch_hits = now;
+        let entries = tracer
+            .thread_entries(threads.iter().copied())
+            .into_iter()
+            .collect();
+        self.progress.switched(live, &threads, hits, &entries);
+    }
+
+    /// The CPU sampler's share of a live window's CPU time when it pauses with the probes
+    /// (else it runs in both states and is no part of their difference), as a fraction.
+    pub fn live_sampler_share(&self) -> f64 {
+        if self.sampler_fraction < 1.0 {
+            self.sampler_pct / 100.0
+        } else {
+            0.0
+        }
     }
 
     /// The probes are live `fraction` of each duty cycle from now on.
@@ -198,12 +226,7 @@ impl OverheadWatch {
     /// second lost while live, less what the sampler takes when it pauses with the probes.
     pub fn live_cost_pct(&self) -> Option<f64> {
         let lost = self.progress.slowdown()?;
-        let sampler = if self.sampler_fraction < 1.0 {
-            self.sampler_pct / 100.0
-        } else {
-            0.0
-        };
-        Some((lost - sampler).max(0.0) * 100.0)
+        Some((lost - self.live_sampler_share()).max(0.0) * 100.0)
     }
 
     /// Measurements made so far.

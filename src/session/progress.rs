@@ -15,6 +15,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+use crate::attach::ThreadEntries;
+
 /// Fewer units of work than this in either state say nothing (a program that neither reads,
 /// writes nor waits, e.g. a spinning benchmark).
 const MIN_WORK: u64 = 200;
@@ -26,11 +28,16 @@ const MIN_CPU_NS: u64 = 100_000_000;
 /// Nor fewer windows of either state.
 const MIN_WINDOWS: u32 = 1;
 
-/// One thread's counters: units of work (read + write calls + waits) and ns on the CPU.
+/// Fewer probe hits than this in the live windows price no hit.
+const MIN_HITS: u64 = 1_000;
+
+/// One thread's counters: units of work (read + write calls + waits), ns on the CPU and the
+/// calls it entered (BPF's count, wrapping; None when BPF holds no stack for it).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 struct Reading {
     work: u64,
     cpu_ns: u64,
+    entries: Option<ThreadEntries>,
 }
 
 /// What one state (live or paused) of the duty cycle added up to.
@@ -42,6 +49,13 @@ pub(super) struct Tally {
     pub cpu_ns: u64,
     /// Windows counted.
     pub windows: u32,
+    /// Probe hits on the thread (two a call entered), in the windows BPF's count of its calls
+    /// was read at both ends of (its stack can go and come back with the count from 0).
+    pub hits: u64,
+    /// The work of those windows.
+    pub hit_work: u64,
+    /// Their CPU time, ns.
+    pub hit_cpu_ns: u64,
 }
 
 impl Tally {
@@ -55,6 +69,27 @@ impl Tally {
     }
 }
 
+/// The probes' hits since the last switch, every thread's, and what the calibration (scaled
+/// by the samples in uprobe handling) priced them at, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(super) struct Hits {
+    /// Entry and return hits.
+    pub hits: u64,
+    /// Their calibrated price, ns.
+    pub priced_ns: f64,
+}
+
+/// What a probe hit cost the code after it on the threads whose last root was `root`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct RootExcess {
+    /// The root's phase id.
+    pub root: u32,
+    /// Beyond the hit's calibrated price, ns.
+    pub ns_per_hit: f64,
+    /// The live hits it was measured over.
+    pub hits: u64,
+}
+
 /// The probed threads' work per CPU second, probes live against paused.
 #[derive(Debug, Default)]
 pub(super) struct Progress {
@@ -65,15 +100,31 @@ pub(super) struct Progress {
     threads: HashMap<u64, (Tally, Tally)>,
     /// Windows closed: live, paused.
     windows: (u32, u32),
+    /// The live windows' probe hits, every thread's, and their price.
+    live_hits: Hits,
+    /// Per thread: the phase of its last root call.
+    roots: HashMap<u64, u32>,
 }
 
 impl Progress {
     /// The probes just went live (`live`) or paused: closes the window that ended, over the
-    /// probed `threads` (`pid << 32 | tid`) read at both of its ends.
-    pub fn switched(&mut self, live: bool, threads: &HashSet<u64>) {
+    /// probed `threads` (`pid << 32 | tid`) read at both of its ends; `hits` are the probes'
+    /// since the last switch (in a paused window, the stragglers of its start), `entries` the
+    /// calls each thread entered so far (BPF's count).
+    pub fn switched(
+        &mut self,
+        live: bool,
+        threads: &HashSet<u64>,
+        hits: Hits,
+        entries: &HashMap<u64, ThreadEntries>,
+    ) {
         let now: HashMap<u64, Reading> = threads
             .iter()
-            .filter_map(|&k| Some((k, read_thread((k >> 32) as u32, k as u32)?)))
+            .filter_map(|&k| {
+                let mut r = read_thread((k >> 32) as u32, k as u32)?;
+                r.entries = entries.get(&k).copied();
+                Some((k, r))
+            })
             .collect();
         if let Some(was_live) = self.live_now {
             for (k, a) in &now {
@@ -82,11 +133,27 @@ impl Progress {
                 };
                 let (l, p) = self.threads.entry(*k).or_default();
                 let t = if was_live { l } else { p };
-                t.work += a.work.saturating_sub(b.work);
-                t.cpu_ns += a.cpu_ns.saturating_sub(b.cpu_ns);
+                let (work, cpu_ns) = (
+                    a.work.saturating_sub(b.work),
+                    a.cpu_ns.saturating_sub(b.cpu_ns),
+                );
+                t.work += work;
+                t.cpu_ns += cpu_ns;
                 t.windows += 1;
+                let entered = a
+                    .entries
+                    .zip(b.entries)
+                    .and_then(|(x, y)| x.entries.checked_sub(y.entries));
+                if let (Some(n), Some(x)) = (entered, a.entries) {
+                    t.hits += 2 * u64::from(n);
+                    t.hit_work += work;
+                    t.hit_cpu_ns += cpu_ns;
+                    self.roots.insert(*k, x.root);
+                }
             }
             if was_live {
+                self.live_hits.hits += hits.hits;
+                self.live_hits.priced_ns += hits.priced_ns;
                 self.windows.0 += 1;
             } else {
                 self.windows.1 += 1;
@@ -118,9 +185,63 @@ impl Progress {
         (weight > 0.0).then(|| (lost / weight).max(0.0))
     }
 
+    /// What a probe hit costs the traced code beyond its price, ns, per root phase (the
+    /// roots the threads last entered): the CPU time the measured threads' live windows took
+    /// over what their work would have taken at their paused windows' rate, less their hits'
+    /// calibrated price and the CPU sampler's `sampler_share` of it when it pauses with the
+    /// probes, per hit (at least 0). A trap also slows the code after it (caches, TLB, branch
+    /// predictors): on db_bench this is ~0.5 µs a hit on the writer, which the calibration on
+    /// empty functions cannot see. Each thread's own hits count, and each root its threads'
+    /// (a flush thread's burst of cheap calls is no measure of the writer's). Also returns
+    /// every measured thread's together (None: fewer than [`MIN_HITS`] hits).
+    pub fn excess_ns_per_hit(&self, sampler_share: f64) -> (Option<f64>, Vec<RootExcess>) {
+        if self.live_hits.hits == 0 {
+            return (None, Vec::new());
+        }
+        let price = self.live_hits.priced_ns / self.live_hits.hits as f64;
+        let mut by_root: HashMap<u32, (f64, u64)> = HashMap::new();
+        for (k, (l, p)) in &self.threads {
+            if !(l.enough() && p.enough()) {
+                continue;
+            }
+            let Some(root) = self.roots.get(k) else {
+                continue;
+            };
+            // Over the live windows whose hits are known.
+            let extra = l.hit_cpu_ns as f64 - l.hit_work as f64 / p.rate() * 1e9;
+            let r = by_root.entry(*root).or_default();
+            r.0 += extra - sampler_share * l.hit_cpu_ns as f64 - l.hits as f64 * price;
+            r.1 += l.hits;
+        }
+        let per_hit = |(excess, hits): (f64, u64)| {
+            (hits >= MIN_HITS).then(|| (excess / hits as f64).max(0.0))
+        };
+        let all = by_root
+            .values()
+            .fold((0.0, 0), |(e, h), (x, n)| (e + x, h + n));
+        let mut roots: Vec<RootExcess> = by_root
+            .into_iter()
+            .filter_map(|(root, r)| {
+                Some(RootExcess {
+                    root,
+                    ns_per_hit: per_hit(r)?,
+                    hits: r.1,
+                })
+            })
+            .collect();
+        roots.sort_by_key(|r| r.root);
+        (per_hit(all), roots)
+    }
+
     /// The figures for the run's JSON, once there are enough: the rates of the threads
-    /// measured, summed.
-    pub fn reading(&self) -> Option<crate::model::ProgressCheck> {
+    /// measured, summed, and what a hit cost beyond its price (`sampler_share`: see
+    /// [`Progress::excess_ns_per_hit`]); `names` by phase id.
+    pub fn reading(
+        &self,
+        sampler_share: f64,
+        names: &[String],
+    ) -> Option<crate::model::ProgressCheck> {
+        let (excess, roots) = self.excess_ns_per_hit(sampler_share);
         let slowdown = self.slowdown()?;
         let (mut live, mut paused) = (Tally::default(), Tally::default());
         for (l, p, _) in self.measured() {
@@ -135,6 +256,18 @@ impl Progress {
             slowdown_pct: slowdown * 100.0,
             live_windows: self.windows.0,
             paused_windows: self.windows.1,
+            live_hits: self.measured().map(|(l, _, _)| l.hits).sum(),
+            excess_ns_per_hit: excess,
+            excess_by_root: roots
+                .iter()
+                .filter_map(|r| {
+                    Some(crate::model::RootExcess {
+                        root: names.get(r.root as usize)?.clone(),
+                        ns_per_hit: r.ns_per_hit,
+                        hits: r.hits,
+                    })
+                })
+                .collect(),
         })
     }
 
@@ -163,7 +296,11 @@ fn read_thread(pid: u32, tid: u32) -> Option<Reading> {
     let status = std::fs::read_to_string(format!("{dir}/status")).ok()?;
     let work =
         field(&io, "syscr:")? + field(&io, "syscw:")? + field(&status, "voluntary_ctxt_switches:")?;
-    Some(Reading { work, cpu_ns })
+    Some(Reading {
+        work,
+        cpu_ns,
+        entries: None,
+    })
 }
 
 /// The number after `name` at the start of a line of `text`.
@@ -204,16 +341,16 @@ mod tests {
     fn a_slower_live_window_reads_as_the_share_of_work_it_lost() {
         let me = this_thread();
         let mut p = Progress::default();
-        p.switched(true, &me);
+        p.switched(true, &me, Hits::default(), &HashMap::new());
         assert_eq!(p.slowdown(), None, "nothing measured yet");
         // "Live" windows spin three times as long between writes as "paused" ones: the work
         // per CPU second is about a third or less (a write costs a little too).
         for _ in 0..2 {
             work(120, 3_000);
-            p.switched(false, &me);
+            p.switched(false, &me, Hits::default(), &HashMap::new());
             assert_eq!(p.windows.1 + 1, p.windows.0);
             work(120, 1_000);
-            p.switched(true, &me);
+            p.switched(true, &me, Hits::default(), &HashMap::new());
         }
         let s = p.slowdown().expect("enough windows and work");
         assert!((0.45..0.75).contains(&s), "slowdown {s}: {p:?}");
@@ -222,7 +359,7 @@ mod tests {
             "{}",
             p.phrase()
         );
-        let r = p.reading().expect("reading");
+        let r = p.reading(0.0, &[]).expect("reading");
         assert_eq!((r.live_windows, r.paused_windows), (2, 2));
         assert!(r.live_per_cpu_s < r.paused_per_cpu_s);
     }
@@ -231,12 +368,12 @@ mod tests {
     fn a_thread_that_neither_reads_writes_nor_waits_says_nothing() {
         let me = this_thread();
         let mut p = Progress::default();
-        p.switched(true, &me);
+        p.switched(true, &me, Hits::default(), &HashMap::new());
         for _ in 0..3 {
             for live in [false, true] {
                 let end = std::time::Instant::now() + std::time::Duration::from_millis(60);
                 while std::time::Instant::now() < end {}
-                p.switched(live, &me);
+                p.switched(live, &me, Hits::default(), &HashMap::new());
             }
         }
         let (l, p2) = p.threads.values().next().expect("this thread");

@@ -25,6 +25,8 @@ pub(super) struct SamplerPlan {
     pub hz: Option<u64>,
     /// Share of the traced processes' CPU time the sampler takes, % (0 when not measured).
     pub pct: f64,
+    /// What one sample costs the thread it interrupts, ns (0 when not measured).
+    pub sample_ns: f64,
 }
 
 /// The rate and cost of the run's sampler: measured and fitted to the budget when the run
@@ -33,6 +35,7 @@ pub(super) fn plan(tracer: &mut Tracer, c: &TraceConfig) -> SamplerPlan {
     let planned = SamplerPlan {
         hz: c.cpu_sample_hz,
         pct: 0.0,
+        sample_ns: 0.0,
     };
     let (Some(hz), Some(budget)) = (c.cpu_sample_hz, c.max_overhead) else {
         return planned;
@@ -71,7 +74,11 @@ pub(super) fn plan(tracer: &mut Tracer, c: &TraceConfig) -> SamplerPlan {
             );
         }
     }
-    SamplerPlan { hz: Some(hz), pct }
+    SamplerPlan {
+        hz: Some(hz),
+        pct,
+        sample_ns,
+    }
 }
 
 /// The rate (at most `max_hz`) that fits `budget_pct` at `sample_ns` a sample, and the share

@@ -266,6 +266,9 @@ fn count_sampled(
     sampled: &[String],
 ) -> SampledCounts {
     let mut out = SampledCounts::default();
+    for (key, &weight) in &counts.weights {
+        out.interrupt(&path_of(key.node), weight);
+    }
     if fns.is_empty() || sampled.is_empty() {
         return out;
     }

@@ -352,7 +352,10 @@ impl<'c> Session<'c> {
         let in_kernel = c.aggregate == AggregateMode::Kernel || hooks.switched;
         let (probes_live, moved, excused) = hooks.keeper.finish(hooks.tracer);
         let probe_time = hooks.overhead.in_situ.reading();
-        let progress = hooks.overhead.progress.reading();
+        let progress = hooks
+            .overhead
+            .progress
+            .reading(hooks.overhead.live_sampler_share(), names);
         if hooks.switched {
             // Its rows stop at the switch: a partial table would read as the whole run.
             agg.drop_calls();
@@ -411,6 +414,7 @@ impl<'c> Session<'c> {
             probes_live,
             probe_time,
             progress,
+            sample_ns: self.sampler.sample_ns,
         })
     }
 }

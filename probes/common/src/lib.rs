@@ -286,8 +286,10 @@ pub struct ThreadStack {
     pub tramp: u64,
     /// Number of completed calls queued in `spans`, not sent yet.
     pub pending: u32,
-    /// Explicit padding (the struct is shared with BPF byte for byte).
-    pub _pad: u32,
+    /// Calls entered on this thread, wrapping: what `--max-overhead`'s progress reading
+    /// counts the thread's probe hits by (two a call). Also keeps the struct's fields
+    /// aligned (it is shared with BPF byte for byte).
+    pub entries: u32,
     /// The unwind guard's state while one of its programs runs on this thread, kept here and
     /// not on the BPF stack: on 6.13+ kernels a uprobe program's stack is a per-CPU private
     /// stack, which any BPF program run on the CPU while the guard sleeps (a page fault, its

@@ -227,6 +227,7 @@ pub(crate) fn push_frame(
     frame.desc_hits = 0;
     frame.stw_at_entry = stw;
     frame.stw_child_ns = 0;
+    st.entries = st.entries.wrapping_add(1);
     // Last, so the bookkeeping above is not counted inside the phase.
     // SAFETY: plain helper call.
     frame.start_ns = unsafe { bpf_ktime_get_ns() };

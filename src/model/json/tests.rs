@@ -295,10 +295,22 @@ fn a_progress_reading_round_trips_and_validates() -> Result<()> {
         slowdown_pct: 58.4,
         live_windows: 2,
         paused_windows: 1,
+        live_hits: 1_200_000,
+        excess_ns_per_hit: Some(512.5),
+        excess_by_root: vec![crate::model::RootExcess {
+            root: "write_record".to_string(),
+            ns_per_hit: 512.5,
+            hits: 1_200_000,
+        }],
     };
-    run.probe_cost.progress = Some(reading);
+    run.probe_cost.progress = Some(reading.clone());
     let v = to_json(&run);
     assert_eq!(v["probe_cost"]["progress"]["slowdown_pct"], 58.4);
+    assert_eq!(v["probe_cost"]["progress"]["excess_ns_per_hit"], 512.5);
+    assert_eq!(
+        v["probe_cost"]["progress"]["excess_by_root"][0]["root"],
+        "write_record"
+    );
     if let Err(e) = validate(&v) {
         panic!("docs/json-schema-v1.json rejects a progress reading:\n{e}");
     }
