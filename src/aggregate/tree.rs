@@ -365,9 +365,16 @@ impl Aggregator {
     /// the calls completed there (which phases `--max-overhead` may move to sampling:
     /// leaves, not roots).
     pub fn phase_edges(&self) -> HashMap<(Option<u32>, u32), u64> {
+        self.phase_edges_with(&HashMap::new())
+    }
+
+    /// [`Aggregator::phase_edges`], with `more` calls per node on top of those read so far:
+    /// an in-kernel run's counts, which reach the aggregator only at its end.
+    pub fn phase_edges_with(&self, more: &HashMap<u64, u64>) -> HashMap<(Option<u32>, u32), u64> {
         let mut edges = HashMap::new();
         for (node, d) in self.defs.iter() {
-            let calls = self.stats.get(node).map_or(0, |s| s.count);
+            let calls =
+                self.stats.get(node).map_or(0, |s| s.count) + more.get(node).copied().unwrap_or(0);
             *edges
                 .entry((self.defs.get(&d.parent).map(|p| p.phase), d.phase))
                 .or_default() += calls;

@@ -341,3 +341,22 @@ fn per_pid_trees_hold_only_what_each_process_reached() {
     assert_eq!(t20.find(&["r"]).unwrap().total_ns, 30);
     assert!(t20.find(&["r", "a"]).is_none());
 }
+
+#[test]
+fn phase_edges_count_the_kernels_calls_too() {
+    // xlog (phase 1) under exec (phase 0) and, once, as a root of its own (node 3).
+    let mut a = Aggregator::new();
+    a.add(&def(1, 0, 0));
+    a.add(&def(2, 1, 1));
+    a.add(&def(3, 0, 1));
+    // Nothing read yet (an in-kernel run): the edges are there, with no calls.
+    let bare = a.phase_edges();
+    assert_eq!(bare.get(&(Some(0), 1)), Some(&0));
+    assert_eq!(bare.get(&(None, 1)), Some(&0));
+    // With the kernel's counts, xlog is a root in 1 call of 1,001.
+    let counts: std::collections::HashMap<u64, u64> = [(1, 500), (2, 1_000), (3, 1)].into();
+    let edges = a.phase_edges_with(&counts);
+    assert_eq!(edges.get(&(Some(0), 1)), Some(&1_000));
+    assert_eq!(edges.get(&(None, 1)), Some(&1));
+    assert_eq!(edges.get(&(None, 0)), Some(&500));
+}

@@ -40,6 +40,21 @@ pub fn read_kernel_summaries(tracer: &mut Tracer) -> Result<KernelSummaries> {
     Ok(out)
 }
 
+/// Calls completed so far per node in the in-kernel summaries (empty when nothing is
+/// aggregated in the kernel, or the map cannot be read): what the budget counts a phase's
+/// parents and children by while the run goes on.
+pub fn node_counts(tracer: &mut Tracer) -> std::collections::HashMap<u64, u64> {
+    let Ok(nodes) = tracer.node_summaries() else {
+        return Default::default();
+    };
+    nodes
+        .iter()
+        .filter_map(Result::ok)
+        .map(|(node, per_cpu)| (node, sum_summaries(per_cpu.iter()).count))
+        .filter(|(_, n)| *n > 0)
+        .collect()
+}
+
 /// The end of an in-kernel run: reads the maps into `agg`, marks `end` as aggregated in the
 /// kernel, and warns when a map was full (those calls are counted as lost on their node, or
 /// missing from its histogram).

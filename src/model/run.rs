@@ -267,7 +267,7 @@ pub struct ProgressCheck {
     /// than 1,000 live hits.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub excess_ns_per_hit: Option<f64>,
-    /// The same per root phase, over the threads whose last root call was of it (each
+    /// The same per root phase, over the threads seen in its calls at the switches (each
     /// root's subtree is corrected by its own, the others by `excess_ns_per_hit`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub excess_by_root: Vec<RootExcess>,

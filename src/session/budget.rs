@@ -483,7 +483,10 @@ impl<'a> Keeper<'a> {
         agg: &Aggregator,
     ) -> Option<EndReason> {
         let budget = watch.budget()?;
-        let edges = agg.phase_edges();
+        // In the kernel mode the calls reach the aggregator only at the end: without the
+        // kernel's counts every phase ever seen as a root (once, in any process) would count
+        // as a root, and every child ever seen as still probed, and stay probed.
+        let edges = agg.phase_edges_with(&crate::collect::kernel::node_counts(tracer));
         let cpu = watch.cpu_ns_per_s;
         let head = format!(
             "probes took {pct:.1}% of {} CPU time over the last {:.2} s{}{}, above {}",

@@ -102,8 +102,8 @@ pub(super) struct Progress {
     windows: (u32, u32),
     /// The live windows' probe hits, every thread's, and their price.
     live_hits: Hits,
-    /// Per thread: the phase of its last root call.
-    roots: HashMap<u64, u32>,
+    /// Per thread: the phases of the root calls it was last in at the readings.
+    roots: HashMap<u64, Vec<u32>>,
 }
 
 impl Progress {
@@ -148,7 +148,10 @@ impl Progress {
                     t.hits += 2 * u64::from(n);
                     t.hit_work += work;
                     t.hit_cpu_ns += cpu_ns;
-                    self.roots.insert(*k, x.root);
+                    let seen = self.roots.entry(*k).or_default();
+                    if !seen.contains(&x.root) {
+                        seen.push(x.root);
+                    }
                 }
             }
             if was_live {
@@ -185,14 +188,15 @@ impl Progress {
         (weight > 0.0).then(|| (lost / weight).max(0.0))
     }
 
-    /// What a probe hit costs the traced code beyond its price, ns, per root phase (the
-    /// roots the threads last entered): the CPU time the measured threads' live windows took
+    /// What a probe hit costs the traced code beyond its price, ns, per root phase (each over
+    /// the threads seen in its calls at the readings): the CPU time the measured threads' live windows took
     /// over what their work would have taken at their paused windows' rate, less their hits'
     /// calibrated price and the CPU sampler's `sampler_share` of it when it pauses with the
     /// probes, per hit (at least 0). A trap also slows the code after it (caches, TLB, branch
     /// predictors): on db_bench this is ~0.5 µs a hit on the writer, which the calibration on
     /// empty functions cannot see. Each thread's own hits count, and each root its threads'
-    /// (a flush thread's burst of cheap calls is no measure of the writer's). Also returns
+    /// (a flush thread's burst of cheap calls is no measure of the writer's; a backend that
+    /// runs statements and commits counts for both). Also returns
     /// every measured thread's together (None: fewer than [`MIN_HITS`] hits).
     pub fn excess_ns_per_hit(&self, sampler_share: f64) -> (Option<f64>, Vec<RootExcess>) {
         if self.live_hits.hits == 0 {
@@ -200,25 +204,28 @@ impl Progress {
         }
         let price = self.live_hits.priced_ns / self.live_hits.hits as f64;
         let mut by_root: HashMap<u32, (f64, u64)> = HashMap::new();
+        let mut all = (0.0, 0u64);
         for (k, (l, p)) in &self.threads {
             if !(l.enough() && p.enough()) {
                 continue;
             }
-            let Some(root) = self.roots.get(k) else {
+            let Some(roots) = self.roots.get(k) else {
                 continue;
             };
             // Over the live windows whose hits are known.
             let extra = l.hit_cpu_ns as f64 - l.hit_work as f64 / p.rate() * 1e9;
-            let r = by_root.entry(*root).or_default();
-            r.0 += extra - sampler_share * l.hit_cpu_ns as f64 - l.hits as f64 * price;
-            r.1 += l.hits;
+            let excess = extra - sampler_share * l.hit_cpu_ns as f64 - l.hits as f64 * price;
+            for root in roots {
+                let r = by_root.entry(*root).or_default();
+                r.0 += excess;
+                r.1 += l.hits;
+            }
+            all.0 += excess;
+            all.1 += l.hits;
         }
         let per_hit = |(excess, hits): (f64, u64)| {
             (hits >= MIN_HITS).then(|| (excess / hits as f64).max(0.0))
         };
-        let all = by_root
-            .values()
-            .fold((0.0, 0), |(e, h), (x, n)| (e + x, h + n));
         let mut roots: Vec<RootExcess> = by_root
             .into_iter()
             .filter_map(|(root, r)| {
