@@ -389,6 +389,95 @@ mod tests {
         assert_eq!(p.phrase(), "");
     }
 
+    /// A thread's tallies: live (work, CPU ns, hits) and paused (work, CPU ns).
+    fn tallies(live: (u64, u64, u64), paused: (u64, u64)) -> (Tally, Tally) {
+        let l = Tally {
+            work: live.0,
+            cpu_ns: live.1,
+            windows: 2,
+            hits: live.2,
+            hit_work: live.0,
+            hit_cpu_ns: live.1,
+        };
+        let p = Tally {
+            work: paused.0,
+            cpu_ns: paused.1,
+            windows: 2,
+            ..Tally::default()
+        };
+        (l, p)
+    }
+
+    #[test]
+    fn each_root_takes_what_its_threads_hits_cost_beyond_their_price() {
+        let mut p = Progress::default();
+        // The writer: 100,000 writes in 1 s live, 200,000 in 1 s paused, so live it spent
+        // 0.5 s more than its work took at the paused rate; 200,000 hits priced at 1 µs
+        // each (0.2 s) and a sampler at 5% (0.05 s) leave 0.25 s: 1,250 ns a hit.
+        p.threads.insert(
+            1,
+            tallies((100_000, 1_000_000_000, 200_000), (200_000, 1_000_000_000)),
+        );
+        // A flush thread: as slow live as paused, 1,000,000 cheap hits: nothing beyond their
+        // price (it would pull a pooled figure down to ~200 ns).
+        p.threads.insert(
+            2,
+            tallies((1_000, 1_000_000_000, 1_000_000), (1_000, 1_000_000_000)),
+        );
+        p.roots.insert(1, vec![0]);
+        p.roots.insert(2, vec![1]);
+        p.live_hits = Hits {
+            hits: 1_200_000,
+            priced_ns: 1_200_000.0 * 1_000.0,
+        };
+        let (all, roots) = p.excess_ns_per_hit(0.05);
+        assert_eq!(roots.len(), 2, "{roots:?}");
+        assert_eq!((roots[0].root, roots[0].hits), (0, 200_000));
+        assert!((roots[0].ns_per_hit - 1_250.0).abs() < 1e-6, "{roots:?}");
+        // Less than its price: at least 0.
+        assert_eq!(roots[1].ns_per_hit, 0.0, "{roots:?}");
+        let all = all.expect("pooled figure");
+        assert!(all < 300.0, "{all}");
+        // A thread seen in two roots counts for both.
+        p.roots.insert(1, vec![0, 1]);
+        let (_, roots) = p.excess_ns_per_hit(0.05);
+        assert_eq!(roots[1].hits, 1_200_000, "{roots:?}");
+    }
+
+    #[test]
+    fn a_window_whose_call_count_went_back_prices_no_hit() {
+        let me = this_thread();
+        let mut p = Progress::default();
+        let entries = |n: u32| -> HashMap<u64, ThreadEntries> {
+            me.iter()
+                .map(|&k| {
+                    (
+                        k,
+                        ThreadEntries {
+                            entries: n,
+                            root: 3,
+                        },
+                    )
+                })
+                .collect()
+        };
+        p.switched(true, &me, Hits::default(), &entries(5_000));
+        work(120, 1_000);
+        // The stack was freed and made again: its count restarted below the last.
+        p.switched(false, &me, Hits::default(), &entries(10));
+        let (l, _) = p.threads.values().next().expect("this thread");
+        assert_eq!((l.hits, l.hit_cpu_ns), (0, 0), "{l:?}");
+        assert!(l.cpu_ns > 0);
+        work(120, 1_000);
+        p.switched(true, &me, Hits::default(), &entries(2_010));
+        work(120, 1_000);
+        p.switched(false, &me, Hits::default(), &entries(3_010));
+        let (l, _) = p.threads.values().next().expect("this thread");
+        assert_eq!(l.hits, 2_000, "{l:?}");
+        assert!(l.hit_cpu_ns > 0 && l.hit_cpu_ns < l.cpu_ns, "{l:?}");
+        assert_eq!(p.roots.values().next(), Some(&vec![3]));
+    }
+
     #[test]
     fn fields_are_read_by_name() {
         let io = "rchar: 10\nwchar: 20\nsyscr: 3\nsyscw: 4\n";
