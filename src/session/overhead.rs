@@ -185,12 +185,14 @@ impl OverheadWatch {
         let threads = self.threads.keys();
         let now = phase_hits(tracer, self.hit_ns.len());
         let mut hits = super::progress::Hits::default();
-        // Phases moved to sampling (priced at 0 from then on) are no hits of what stays.
+        // Phases moved to sampling (priced at 0 from then on) are no hits of what stays. The
+        // calibrated price, not the samples' in-situ factor on it: the tree takes out the
+        // calibrated price, and the excess per hit is what it must take out beyond that.
         for ((h, l), c) in now.iter().zip(&self.switch_hits).zip(&self.hit_ns) {
             if *c > 0.0 {
                 let n = h.saturating_sub(*l);
                 hits.hits += n;
-                hits.priced_ns += n as f64 * c * self.in_situ.factor;
+                hits.priced_ns += n as f64 * c;
             }
         }
         self.switch_hits = now;

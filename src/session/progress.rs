@@ -69,8 +69,8 @@ impl Tally {
     }
 }
 
-/// The probes' hits since the last switch, every thread's, and what the calibration (scaled
-/// by the samples in uprobe handling) priced them at, ns.
+/// The probes' hits since the last switch, every thread's, and what the calibration priced
+/// them at, ns (what the tree's correction takes out for them).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Hits {
     /// Entry and return hits.
