@@ -42,7 +42,8 @@ fn samples_node(
     sample_ns: u64,
     path: &mut Vec<String>,
 ) {
-    path.push(n.name.clone());
+    // Labels, as the samples' paths name nodes (a grouped node's carries its key).
+    path.push(n.label().into_owned());
     for c in &mut n.children {
         samples_node(c, interrupted, sample_ns, path);
     }
@@ -86,12 +87,7 @@ fn take_out(
     if removed == 0 || n.count == 0 {
         return;
     }
-    let kids: u64 = n
-        .children
-        .iter()
-        .filter(|k| k.sampled.is_none())
-        .map(TreeNode::corrected_total_ns)
-        .sum();
+    let kids: u64 = n.probed_children().map(TreeNode::corrected_total_ns).sum();
     let Some(c) = n.corrected.as_mut() else {
         return;
     };
@@ -230,6 +226,20 @@ mod tests {
         assert!(h.max() < 9_000, "{}", h.max());
         let child = &root.children[0].corrected.as_ref().expect("corrected").hist;
         assert!(child.max() < 3_000, "{}", child.max());
+    }
+
+    #[test]
+    fn a_grouped_node_is_found_by_its_label() {
+        let mut root = corrected_node(0, "insert", 10, 50_000, 0, 20);
+        root.key = Some("orders".to_string());
+        let mut tree = PhaseTree {
+            roots: vec![root],
+            ..Default::default()
+        };
+        let interrupted: HashMap<Vec<String>, u64> =
+            [(vec!["insert [orders]".to_string()], 2)].into();
+        take_out_samples(&mut tree, &interrupted, 40_000.0);
+        assert_eq!(tree.roots[0].corrected_total_ns(), 500_000 - 80_000);
     }
 
     #[test]

@@ -348,24 +348,20 @@ fn self_probe_ns(n: &TreeNode) -> u64 {
     let Some(c) = n.corrected.as_ref() else {
         return 0;
     };
-    let kids: u64 = probed(&n.children)
+    let kids: u64 = n
+        .probed_children()
         .filter_map(|k| k.corrected.as_ref())
         .map(|k| k.probe_ns)
         .sum();
     c.probe_ns.saturating_sub(kids)
 }
 
-/// The probed children (sampled ones are grafted later, from the corrected parent).
-fn probed(children: &[TreeNode]) -> impl Iterator<Item = &TreeNode> {
-    children.iter().filter(|k| k.sampled.is_none())
-}
-
 /// Scales `n`'s children's corrected subtrees down when they add up to more than `n` leaves
 /// them: its corrected time less its raw self time net of `in_self`, the probe time inside
 /// it. Returns the ratio, None when they fit.
 fn fit_children(n: &mut TreeNode, in_self: u64) -> Option<f64> {
-    let kids: u64 = probed(&n.children).map(TreeNode::corrected_total_ns).sum();
-    let raw_kids: u64 = probed(&n.children).map(|k| k.total_ns).sum();
+    let kids: u64 = n.probed_children().map(TreeNode::corrected_total_ns).sum();
+    let raw_kids: u64 = n.probed_children().map(|k| k.total_ns).sum();
     let own_self = n.total_ns.saturating_sub(raw_kids).saturating_sub(in_self);
     let total = n.corrected.as_ref()?.total_ns;
     let room = total.saturating_sub(own_self);
@@ -377,7 +373,7 @@ fn fit_children(n: &mut TreeNode, in_self: u64) -> Option<f64> {
     for k in n.children.iter_mut().filter(|k| k.sampled.is_none()) {
         shrink(k, ratio);
     }
-    let kids: u64 = probed(&n.children).map(TreeNode::corrected_total_ns).sum();
+    let kids: u64 = n.probed_children().map(TreeNode::corrected_total_ns).sum();
     if let Some(c) = n.corrected.as_mut() {
         c.self_ns = c.total_ns.saturating_sub(kids);
     }

@@ -47,9 +47,7 @@ impl SampledCounts {
                 full.push(c.clone());
             }
         }
-        for i in 1..=path.len() {
-            *self.under.entry(path[..i].to_vec()).or_default() += weight;
-        }
+        count_prefixes(&mut self.under, path, weight);
         for i in 1..=full.len() {
             *self
                 .hits
@@ -60,14 +58,19 @@ impl SampledCounts {
 
     /// Counts `weight` samples taken with `path` open against it and each of its ancestors.
     pub fn interrupt(&mut self, path: &[String], weight: u64) {
-        for i in 1..=path.len() {
-            *self.interrupted.entry(path[..i].to_vec()).or_default() += weight;
-        }
+        count_prefixes(&mut self.interrupted, path, weight);
     }
 
     /// Whether no sample fell in a sampled phase.
     pub fn is_empty(&self) -> bool {
         self.hits.is_empty()
+    }
+}
+
+/// Adds `weight` to `path` and to each of its ancestors (its prefixes) in `counts`.
+fn count_prefixes(counts: &mut HashMap<Vec<String>, u64>, path: &[String], weight: u64) {
+    for i in 1..=path.len() {
+        *counts.entry(path[..i].to_vec()).or_default() += weight;
     }
 }
 

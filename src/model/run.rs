@@ -273,6 +273,18 @@ pub struct ProgressCheck {
     pub excess_by_root: Vec<RootExcess>,
 }
 
+impl ProgressCheck {
+    /// What a hit cost beyond its price under `root`: its own figure, else the one of every
+    /// measured thread together.
+    pub fn excess_of(&self, root: &str) -> Option<f64> {
+        self.excess_by_root
+            .iter()
+            .find(|r| r.root == root)
+            .map(|r| r.ns_per_hit)
+            .or(self.excess_ns_per_hit)
+    }
+}
+
 /// What a probe hit cost the code after it on the threads of one root phase.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RootExcess {

@@ -127,6 +127,11 @@ impl TreeNode {
         }
     }
 
+    /// The children measured by probes (sampled ones are grafted from the corrected parent).
+    pub fn probed_children(&self) -> impl Iterator<Item = &TreeNode> {
+        self.children.iter().filter(|k| k.sampled.is_none())
+    }
+
     /// Total time, ns: corrected when the run was corrected, raw otherwise.
     pub fn corrected_total_ns(&self) -> u64 {
         self.corrected

@@ -113,14 +113,7 @@ pub(super) fn build_run(
     // take their shares of the parents.
     crate::aggregate::aftermath::take_out_samples(&mut tree, &sampled.interrupted, sample_ns);
     if let Some(p) = &progress {
-        let of_root = |root: &str| {
-            p.excess_by_root
-                .iter()
-                .find(|r| r.root == root)
-                .map(|r| r.ns_per_hit)
-                .or(p.excess_ns_per_hit)
-        };
-        crate::aggregate::aftermath::correct(&mut tree, &of_root);
+        crate::aggregate::aftermath::correct(&mut tree, &|root| p.excess_of(root));
     }
     graft_sampled(&mut tree, &sampled, phases);
     if let Some(s) = &mut split {

@@ -79,7 +79,7 @@ pub(super) struct Hits {
     pub priced_ns: f64,
 }
 
-/// What a probe hit cost the code after it on the threads whose last root was `root`.
+/// What a probe hit cost the code after it on the threads seen in `root`'s calls.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) struct RootExcess {
     /// The root's phase id.
@@ -188,16 +188,16 @@ impl Progress {
         (weight > 0.0).then(|| (lost / weight).max(0.0))
     }
 
-    /// What a probe hit costs the traced code beyond its price, ns, per root phase (each over
-    /// the threads seen in its calls at the readings): the CPU time the measured threads' live windows took
-    /// over what their work would have taken at their paused windows' rate, less their hits'
-    /// calibrated price and the CPU sampler's `sampler_share` of it when it pauses with the
-    /// probes, per hit (at least 0). A trap also slows the code after it (caches, TLB, branch
-    /// predictors): on db_bench this is ~0.5 µs a hit on the writer, which the calibration on
-    /// empty functions cannot see. Each thread's own hits count, and each root its threads'
-    /// (a flush thread's burst of cheap calls is no measure of the writer's; a backend that
-    /// runs statements and commits counts for both). Also returns
-    /// every measured thread's together (None: fewer than [`MIN_HITS`] hits).
+    /// What a probe hit costs the traced code beyond its price, ns, per root phase, each over
+    /// the threads seen in its calls at the readings: the CPU time the measured threads' live
+    /// windows took over what their work would have taken at their paused windows' rate, less
+    /// their hits' calibrated price and the CPU sampler's `sampler_share` of it when it pauses
+    /// with the probes, per hit (at least 0). A trap also slows the code after it (caches,
+    /// TLB, branch predictors): on db_bench this is ~0.5 µs a hit on the writer, which the
+    /// calibration on empty functions cannot see. Each thread's own hits count, and each root
+    /// its threads' (a flush thread's burst of cheap calls is no measure of the writer's; a
+    /// backend that runs statements and commits counts for both). Also returns every measured
+    /// thread's together (None: fewer than [`MIN_HITS`] hits).
     pub fn excess_ns_per_hit(&self, sampler_share: f64) -> (Option<f64>, Vec<RootExcess>) {
         if self.live_hits.hits == 0 {
             return (None, Vec::new());

@@ -254,7 +254,8 @@ impl SampledFns {
     }
 }
 
-/// The CPU samples counted for the sampled phases: `sampled` are the phases measured by
+/// The CPU samples counted against every node open when they were taken (what they
+/// lengthened), and for the sampled phases: `sampled` are the phases measured by
 /// sampling (a sample's path may end in one moved there during the run). Samples taken while
 /// the kernel handled a probe are left out of every share: that time is the probes'.
 fn count_sampled(
