@@ -50,7 +50,7 @@ for line in sys.stdin:
     for part in line.replace("\r", "\n").split("\n"):
         if part.startswith("wprof: probes took") or part.startswith("wprof: with the probes live") or part.startswith("fillrandom") or "aggregating in the kernel" in part:
             t0 = float(open(t0f).read()) if os.path.exists(t0f) else time.monotonic()
-            print(f"{time.monotonic() - t0:7.2f} s  {part[:200]}", flush=True)
+            print(f"{time.monotonic() - t0:7.2f} s  {part[:600]}", flush=True)
 ' "$tmp/pace"
 }
 if [ $# -gt 0 ]; then

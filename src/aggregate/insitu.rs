@@ -232,6 +232,17 @@ pub fn check(
             } else {
                 1.0
             };
+        // The descendants' hits a call (entries and returns): the node's own two come off.
+        let hits: u64 = nodes
+            .iter()
+            .filter_map(|r| Some(r.corrected.as_ref()?.probe_hits.saturating_sub(2 * r.count)))
+            .sum();
+        let hits_per_call = hits as f64 / n;
+        let excess_per_hit = if factor != 1.0 && hits_per_call > 0.0 {
+            (in_situ - calibrated) / hits_per_call
+        } else {
+            0.0
+        };
         let name_of = |p: u32| names.get(p as usize).cloned().unwrap_or_default();
         out.push(InSituCheck {
             phase,
@@ -246,6 +257,7 @@ pub fn check(
             in_situ_ns: in_situ,
             error_ns: error,
             factor,
+            excess_per_hit_ns: excess_per_hit,
             children_fitted: None,
         });
     }
@@ -317,11 +329,13 @@ impl<'a> Apply<'a> {
         let check = self.by_path.get(names.as_slice()).copied();
         let source = check.or(inherited);
         let factor = source.map_or(1.0, |c| c.factor);
-        let in_self = self_probe_ns(n) as f64 * factor;
+        let excess = source.map_or(0.0, |c| c.excess_per_hit_ns);
+        // Its own entry's aftermath lies in its self time, before its first child.
+        let in_self = self_probe_ns(n) as f64 * factor + n.count as f64 * excess;
         for c in &mut n.children {
             self.node(c, ids, names, source, fitted);
         }
-        scale(n, factor, self.own_ns);
+        scale(n, factor, excess, self.own_ns);
         // Fitted wherever a check's factor corrects: a node that inherits a large one can be
         // left with less than its children as well as a checked one.
         if let (Some(src), Some(ratio)) = (source, fit_children(n, in_self.round() as u64)) {
@@ -334,7 +348,8 @@ impl<'a> Apply<'a> {
             self.light.clean.get(ids.as_slice()),
             n.corrected.as_mut(),
         ) {
-            corr.hist = l.hist.clone();
+            // The light calls ran with the node's own entry: each loses its aftermath.
+            corr.hist = map_histogram(&l.hist, |v| (v as f64 - excess).round().max(1.0) as u64);
         }
         ids.pop();
         names.pop();
@@ -396,7 +411,9 @@ fn shrink(n: &mut TreeNode, ratio: f64) {
     c.hist = map_histogram(&c.hist, |v| (v as f64 * ratio).round() as u64);
 }
 
-fn scale(n: &mut TreeNode, factor: f64, own_ns: &[u64]) {
+/// Corrects `n` by a check: its own probes' share, `factor` × the descendant probe time the
+/// calibration took out, and `excess` ns a call for its own entry's aftermath.
+fn scale(n: &mut TreeNode, factor: f64, excess: f64, own_ns: &[u64]) {
     let own = own_ns.get(n.phase as usize).copied().unwrap_or(0);
     let kids: u64 = n.children.iter().map(TreeNode::corrected_total_ns).sum();
     let (count, raw) = (n.count, n.total_ns);
@@ -408,7 +425,9 @@ fn scale(n: &mut TreeNode, factor: f64, own_ns: &[u64]) {
     }
     let own_part = own.saturating_mul(count).min(c.probe_ns);
     let desc = (c.probe_ns - own_part) as f64;
-    let probe = ((own_part as f64 + desc * factor).round() as u64).min(raw);
+    let probe = (own_part as f64 + desc * factor + count as f64 * excess)
+        .round()
+        .clamp(0.0, raw as f64) as u64;
     c.probe_ns = probe;
     c.total_ns = raw - probe;
     c.self_ns = c.total_ns.saturating_sub(kids);
@@ -494,11 +513,26 @@ mod tests {
             total_ns: count * (raw_mean - removed),
             self_ns: count * (raw_mean - removed),
             probe_ns: count * removed,
-            probe_hits: count * 4,
+            probe_hits: count * 2,
             error_ns: 0,
             hist: chist,
         });
         n
+    }
+
+    /// Sets every node's probe hits to those inside its calls: its own two a call and its
+    /// descendants'.
+    fn with_hits(mut tree: PhaseTree) -> PhaseTree {
+        fn hits(n: &mut TreeNode) -> u64 {
+            let kids: u64 = n.children.iter_mut().map(hits).sum();
+            let c = n.corrected.as_mut().unwrap();
+            c.probe_hits = 2 * n.count + kids;
+            c.probe_hits
+        }
+        tree.roots.iter_mut().for_each(|r| {
+            hits(r);
+        });
+        tree
     }
 
     fn light(paths: &[(Vec<u32>, u64, u64)]) -> LightPaths {
@@ -525,13 +559,14 @@ mod tests {
     fn descendants_costing_more_in_situ_scale_the_correction() {
         // Full calls: 20 µs raw, the calibration took out 1 µs own + 3 µs of descendants.
         // Light calls: 12 µs once the own 1 µs is out. So descendants really cost
-        // 20 - 1 - 12 = 7 µs a call, not 3: factor 7/3.
+        // 20 - 1 - 12 = 7 µs a call, not 3: factor 7/3. Over wal's two hits a call, a hit
+        // cost 2 µs beyond its price, and the root's own entry loses that too.
         let mut root = node(0, "write", 1000, 20_000, 4_000);
         root.children.push(node(1, "wal", 1000, 5_000, 1_000));
-        let mut tree = PhaseTree {
+        let mut tree = with_hits(PhaseTree {
             roots: vec![root],
             ..PhaseTree::default()
-        };
+        });
         let l = light(&[(vec![0], 200, 12_000)]);
         let own = [1_000, 1_000];
         let mut checks = check(&tree, &l, &own, &names());
@@ -542,24 +577,32 @@ mod tests {
         assert!((c.calibrated_ns - 3_000.0).abs() < 1.0, "{c:?}");
         assert!((c.in_situ_ns - 7_000.0).abs() < 10.0, "{c:?}");
         assert!((c.factor - 7.0 / 3.0).abs() < 0.01, "{c:?}");
+        assert!((c.excess_per_hit_ns - 2_000.0).abs() < 10.0, "{c:?}");
         apply(&mut tree, &mut checks, &own, &l);
         let r = tree.roots[0].corrected.as_ref().unwrap();
-        // 1 µs own + 7 µs descendants out of 20: 12 µs a call, the light mean.
+        // 1 µs own + 7 µs descendants out of 20: 12 µs a call, the light mean; less the own
+        // entry's 2 µs: 10 µs, and the light calls' distribution moves down by it.
         assert!(
-            (r.total_ns as f64 / 1000.0 - 12_000.0).abs() < 10.0,
-            "{r:?}"
+            (r.total_ns as f64 / 1000.0 - 10_000.0).abs() < 10.0,
+            "{}",
+            r.total_ns
         );
         let p50 = r.hist.value_at_quantile(0.5) as f64;
-        assert!((p50 - 12_000.0).abs() < 100.0, "{p50}");
+        assert!((p50 - 10_000.0).abs() < 100.0, "{p50}");
+        // wal, under the root's check: 5 - 1 own - 2 for its own entry.
+        let wal = tree.roots[0].children[0].corrected_total_ns() as f64 / 1000.0;
+        assert!((wal - 2_000.0).abs() < 10.0, "{wal}");
     }
 
     #[test]
     fn a_child_with_a_check_of_its_own_is_corrected_by_it() {
         // write (20 µs raw, 1 own + 6 descendants' calibrated) > wal (12 µs raw, 1 own + 2
         // calibrated for sync) > sync (4 µs raw, 1 own).
-        let mut tree = write_wal_sync(7_000);
+        let mut tree = with_hits(write_wal_sync(7_000));
         // The root alone: 10 µs (descendants cost 9 in situ, not 6: ×1.5); wal alone: 9 µs
-        // (sync's probes cost 2 in situ, as calibrated: no scaling there).
+        // (sync's probes cost 2 in situ, as calibrated: no scaling there). write's descendants
+        // hit 4 times a call: 3 µs more than calibrated is 0.75 µs a hit, which write's own
+        // entry costs too.
         let l = light(&[(vec![0], 500, 10_000), (vec![0, 1], 500, 9_000)]);
         let own = [1_000, 1_000, 1_000];
         let mut checks = check(&tree, &l, &own, &names());
@@ -568,21 +611,26 @@ mod tests {
         assert_eq!(wal_check.path, vec!["write".to_string(), "wal".to_string()]);
         assert!((checks[0].factor - 1.5).abs() < 0.01, "{checks:?}");
         assert_eq!(wal_check.factor, 1.0, "{wal_check:?}");
+        assert_eq!(wal_check.excess_per_hit_ns, 0.0);
+        assert!(
+            (checks[0].excess_per_hit_ns - 750.0).abs() < 1.0,
+            "{checks:?}"
+        );
         apply(&mut tree, &mut checks, &own, &l);
         let r = &tree.roots[0];
         let mean = |n: &TreeNode| n.corrected.as_ref().unwrap().total_ns as f64 / n.count as f64;
-        assert!((mean(r) - 10_000.0).abs() < 10.0, "{}", mean(r));
+        assert!((mean(r) - 9_250.0).abs() < 10.0, "{}", mean(r));
         // wal keeps its own factor (1): 12 - 1 - 2 = 9 µs, not 12 - 1 - 3. That leaves write
-        // 1 µs of self time, but write's own self time is 20 - 12 = 8 µs raw, of which its
-        // probes (its own 1 µs, wal's 3 µs outside wal's window) take 4 × 1.5: 2 µs. So wal's
-        // subtree is fitted into the 8 µs left: ×8/9.
+        // 0.25 µs of self time, but write's own self time is 20 - 12 = 8 µs raw, of which its
+        // probes (its own 1 µs, wal's 3 µs outside wal's window) take 4 × 1.5, and its entry
+        // 0.75 more: 1.25 µs. So wal's subtree is fitted into the 8 µs left: ×8/9.
         let fitted = checks[0].children_fitted.expect("fitted");
         assert!((fitted - 8.0 / 9.0).abs() < 0.001, "{fitted}");
         assert_eq!(wal_of(&checks).children_fitted, None);
         assert!((mean(&r.children[0]) - 8_000.0).abs() < 10.0);
         assert!((mean(&r.children[0].children[0]) - 3_000.0 * 8.0 / 9.0).abs() < 10.0);
         let self_ns = r.corrected.as_ref().unwrap().self_ns as f64 / 1000.0;
-        assert!((self_ns - 2_000.0).abs() < 10.0, "{self_ns}");
+        assert!((self_ns - 1_250.0).abs() < 10.0, "{self_ns}");
         let p50 = r.children[0]
             .corrected
             .as_ref()
@@ -597,28 +645,29 @@ mod tests {
         // write (20 µs raw, 1 own + 4 for its descendants) > wal (6 µs raw, 1 own + 2 for
         // sync) > sync (4 µs raw, 1 own). Only write has light calls: 13 µs, so its
         // descendants cost 6 in situ against 4 (×1.5), and wal, unchecked, takes that factor:
-        // 6 - 1 - 2 × 1.5 = 2 µs, under sync's 3. wal keeps its raw self time (2 µs) less the
-        // probe time in it ((3 - 1) × 1.5 = 3): nothing, so sync is fitted into wal's 2 µs,
-        // and write's check says so.
+        // 6 - 1 - 2 × 1.5 = 2 µs, less 0.5 for its own entry (2 µs more than calibrated over
+        // write's 4 descendant hits a call): 1.5, under sync's 4 - 1 - 0.5 = 2.5. wal keeps its
+        // raw self time (2 µs) less the probe time in it ((3 - 1) × 1.5 + 0.5 = 3.5): nothing,
+        // so sync is fitted into wal's 1.5 µs (×0.6), and write's check says so.
         let mut wal = node(1, "wal", 1000, 6_000, 3_000);
         wal.children.push(node(2, "sync", 1000, 4_000, 1_000));
         let mut root = node(0, "write", 1000, 20_000, 5_000);
         root.children.push(wal);
-        let mut tree = PhaseTree {
+        let mut tree = with_hits(PhaseTree {
             roots: vec![root],
             ..PhaseTree::default()
-        };
+        });
         let l = light(&[(vec![0], 500, 13_000)]);
         let own = [1_000, 1_000, 1_000];
         let mut checks = check(&tree, &l, &own, &names());
         assert_eq!(checks.len(), 1, "{checks:?}");
         apply(&mut tree, &mut checks, &own, &l);
         let fitted = checks[0].children_fitted.expect("fitted");
-        assert!((fitted - 2.0 / 3.0).abs() < 0.001, "{fitted}");
+        assert!((fitted - 0.6).abs() < 0.001, "{fitted}");
         let wal = &tree.roots[0].children[0];
         let total = |n: &TreeNode| n.corrected_total_ns() as f64 / n.count as f64;
-        assert!((total(wal) - 2_000.0).abs() < 10.0, "{}", total(wal));
-        assert!((total(&wal.children[0]) - 2_000.0).abs() < 10.0);
+        assert!((total(wal) - 1_500.0).abs() < 10.0, "{}", total(wal));
+        assert!((total(&wal.children[0]) - 1_500.0).abs() < 10.0);
     }
 
     /// write (20 µs raw, `removed` taken out by the calibration) > wal (12 µs raw, 1 own + 2
@@ -644,8 +693,10 @@ mod tests {
         // calibrated for its descendants) > wal (12 µs raw, 1 own + 2 for sync) > sync (4 µs
         // raw, 1 own). write alone: 13 µs (descendants 6 in situ, ×1.5); wal alone: 8 µs
         // (sync 3, ×1.5). write keeps 20 - 12 = 8 raw µs of self time, of which its probes
-        // take (5 - 3) × 1.5 = 3: 5 µs, and wal's 8 µs fill the 13 - 5 left exactly.
-        let mut tree = write_wal_sync(5_000);
+        // take (5 - 3) × 1.5 = 3: 5 µs, and wal's 8 µs fill the 13 - 5 left exactly. A hit
+        // costs 0.5 µs beyond its price at both checks (2 µs over write's 4 descendant hits,
+        // 1 over wal's 2), and every node loses that for its own entry: each still fits.
+        let mut tree = with_hits(write_wal_sync(5_000));
         let l = light(&[(vec![0], 500, 13_000), (vec![0, 1], 500, 8_000)]);
         let own = [1_000, 1_000, 1_000];
         let mut checks = check(&tree, &l, &own, &names());
@@ -660,9 +711,9 @@ mod tests {
         );
         let r = &tree.roots[0];
         let mean = |n: &TreeNode| n.corrected.as_ref().unwrap().total_ns as f64 / n.count as f64;
-        assert!((mean(r) - 13_000.0).abs() < 10.0, "{}", mean(r));
-        assert!((mean(&r.children[0]) - 8_000.0).abs() < 10.0);
-        assert!((mean(&r.children[0].children[0]) - 3_000.0).abs() < 10.0);
+        assert!((mean(r) - 12_500.0).abs() < 10.0, "{}", mean(r));
+        assert!((mean(&r.children[0]) - 7_500.0).abs() < 10.0);
+        assert!((mean(&r.children[0].children[0]) - 2_500.0).abs() < 10.0);
     }
 
     #[test]

@@ -33,6 +33,12 @@ pub struct InSituCheck {
     /// The factor the correction was scaled by (1 when the check agreed with the
     /// calibration within two standard errors, or could not tell).
     pub factor: f64,
+    /// What one of its descendants' probe hits cost beyond the calibrated price, ns:
+    /// `in_situ_ns - calibrated_ns` over their hits a call (0 when the factor is 1). Each node
+    /// the check corrects also loses it once a call for its own entry, whose aftermath (the
+    /// code after the trap) lies inside its window and which no epoch takes off.
+    #[serde(default)]
+    pub excess_per_hit_ns: f64,
     /// When its children's corrected times added up to more than it leaves them (checks at
     /// two depths disagreeing), or a node below it corrected by its factor's did: the
     /// smallest ratio their subtrees were scaled down by to fit.

@@ -167,7 +167,18 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
             format_ns(c.error_ns),
             format_ns(c.calibrated_ns),
             if c.applied() {
-                format!("the correction under it is scaled ×{:.2}", c.factor)
+                let x = c.excess_per_hit_ns;
+                let (by, how) = if x >= 0.0 {
+                    (x, "more")
+                } else {
+                    (-x, "less")
+                };
+                format!(
+                    "the correction under it is scaled ×{:.2}; a hit cost {} {how} than its \
+                     price, and its own entry's correction takes that too",
+                    c.factor,
+                    format_ns(by)
+                )
             } else {
                 "they agree within two standard errors, the correction stands".to_string()
             }

@@ -267,6 +267,7 @@ fn in_situ_checks_round_trip_and_validate() -> Result<()> {
         in_situ_ns: 12_000.0,
         error_ns: 40.0,
         factor: 1.65,
+        excess_per_hit_ns: 240.0,
         children_fitted: Some(0.69),
     };
     run.in_situ = vec![
@@ -278,6 +279,7 @@ fn in_situ_checks_round_trip_and_validate() -> Result<()> {
     ];
     let v = to_json(&run);
     assert_eq!(v["in_situ"][0]["children_fitted"], 0.69);
+    assert_eq!(v["in_situ"][0]["excess_per_hit_ns"], 240.0);
     assert!(v["in_situ"][1].get("children_fitted").is_none());
     if let Err(e) = validate(&v) {
         panic!("docs/json-schema-v1.json rejects in_situ checks:\n{e}");
