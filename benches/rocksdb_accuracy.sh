@@ -69,6 +69,20 @@ for r in $(seq "$ROUNDS"); do
     printf '%-5s %-16s %8s %12.2f (%5.2f) %12.2f (%5.2f) %12.2f (%5.2f) %12.2f (%5.2f)\n' "$r" "$label" "$o" \
       "$wm" "$(echo "$wm / $m" | bc -l)" "$wp" "$(echo "$wp / $p" | bc -l)" \
       "$ww" "$(echo "$ww / $w" | bc -l)" "$wt" "$(echo "$wt / $t" | bc -l)"
+    echo "$run $(echo "$wm / $m" | bc -l) $(echo "$wp / $p" | bc -l)" >>"$tmp/ratios"
   done
 done
 echo "untraced: RocksDB's own figures, the mean of the runs before and after; (×own) = wprof / that"
+# Over the rounds: this host's untraced figures move by ±20% within minutes, so one round
+# says little; the medians and the rounds within 5% and 10% say more.
+python3 - "$tmp/ratios" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1])]
+for run, label in (("cal", "wprof"), ("situ", "wprof --in-situ")):
+    m = [float(r[1]) for r in rows if r[0] == run]
+    p = [float(r[2]) for r in rows if r[0] == run]
+    near = lambda xs, tol: sum(abs(x - 1) <= tol for x in xs)
+    print(f"{label}: mean ×own median {statistics.median(m):.3f} ({near(m, .05)} of {len(m)} "
+          f"within 5%, {near(m, .10)} within 10%); p99 ×own median {statistics.median(p):.3f} "
+          f"({near(p, .10)} within 10%)")
+PY

@@ -85,22 +85,6 @@ pub fn plan(shape: &[ShapeNode], detachable: &[u32]) -> Vec<Cut> {
     cuts
 }
 
-/// Which of `cuts` cuts (shallowest first, as [`plan`] gives them) the light epoch of turn
-/// `turn` makes: the shallowest every other turn, the deeper ones in turn between. The
-/// shallowest is the roots' check, from which the tree takes a root's mean and its
-/// distribution: a memtable that fills and flushes every ~0.5 s puts a different tail in each
-/// 0.25 s epoch, so the roots' figures need the most epochs (taking the levels in plain turn,
-/// a 20 s db_bench run gave write_impl two or three, and its p99 came within 10% of RocksDB's
-/// own in one run of three).
-pub fn cut_for_turn(cuts: usize, turn: usize) -> Option<usize> {
-    match cuts {
-        0 => None,
-        1 => Some(0),
-        _ if turn % 2 == 0 => Some(0),
-        _ => Some(1 + (turn / 2) % (cuts - 1)),
-    }
-}
-
 /// Per phase, the level whose probes it goes with: 0 for a phase mostly reached as a root,
 /// else the depth where most of its calls are.
 fn phase_levels(shape: &[ShapeNode]) -> HashMap<u32, u32> {
@@ -218,15 +202,6 @@ mod tests {
         // No root and no WAL level is ever clean: only memtable (no syscall under it).
         assert_eq!(cuts.len(), 1, "{cuts:?}");
         assert_eq!((cuts[0].depth, cuts[0].clean.clone()), (1, vec![4]));
-    }
-
-    #[test]
-    fn the_roots_cut_comes_every_other_epoch() {
-        let turns = |cuts| (0..8).map(|t| cut_for_turn(cuts, t)).collect::<Vec<_>>();
-        assert_eq!(turns(0), vec![None; 8]);
-        assert_eq!(turns(1), vec![Some(0); 8]);
-        let three: Vec<_> = turns(3).into_iter().flatten().collect();
-        assert_eq!(three, vec![0, 1, 0, 2, 0, 1, 0, 2]);
     }
 
     #[test]

@@ -231,7 +231,7 @@ pub struct Keeper<'a> {
     /// Unmatched returns per phase when the last switch began, and when it ended.
     mark: Option<(Vec<u64>, Instant)>,
     /// The in-situ check's epochs (`--in-situ`), the phases a light epoch takes off, and how
-    /// many light epochs were cut so far (the roots' cut every other one, `cut_for_turn`).
+    /// many light epochs were cut so far (they take the tree's levels in turn).
     epochs: Option<Epochs>,
     light_phases: Vec<u32>,
     cut_turn: usize,
@@ -402,8 +402,7 @@ impl<'a> Keeper<'a> {
                     .map(|p| p.id)
                     .collect();
                 let cuts = insitu_cuts::plan(&agg.node_shape(), &detachable);
-                let turn = insitu_cuts::cut_for_turn(cuts.len(), self.cut_turn);
-                let Some(cut) = turn.and_then(|i| cuts.get(i)).cloned() else {
+                let Some(cut) = cuts.get(self.cut_turn % cuts.len().max(1)).cloned() else {
                     // No parent seen yet: this epoch stays full.
                     self.light_phases.clear();
                     return;
