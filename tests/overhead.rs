@@ -105,6 +105,34 @@ fn a_root_over_budget_alone_is_probed_part_of_each_second() {
         .as_f64()
         .unwrap_or_else(|| panic!("no probes_live_fraction: {}", run["provenance"]));
     assert!(live > 0.0 && live < 1.0, "{live}");
+    // When the probes were live, on the wall clock: in order, within the run, and adding up
+    // to the live fraction.
+    let prov = &run["provenance"];
+    let windows: Vec<(f64, f64)> = prov["live_windows"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no live_windows: {prov}"))
+        .iter()
+        .map(|w| (w[0].as_f64().unwrap() / 1e9, w[1].as_f64().unwrap() / 1e9))
+        .collect();
+    let start = prov["started_unix"].as_f64().unwrap();
+    let duration = prov["duration_s"].as_f64().unwrap();
+    assert!(!windows.is_empty(), "{windows:?}");
+    assert!(windows[0].0 >= start - 1.0, "{windows:?} from {start}");
+    assert!(
+        windows.last().unwrap().1 <= start + duration + 2.0,
+        "{windows:?} past {start} + {duration}"
+    );
+    assert!(
+        windows
+            .windows(2)
+            .all(|p| p[0].0 <= p[0].1 && p[0].1 <= p[1].0),
+        "{windows:?}"
+    );
+    let live_s: f64 = windows.iter().map(|(a, b)| b - a).sum();
+    assert!(
+        (live_s / duration - live).abs() < 0.1,
+        "windows {live_s:.2} s of {duration:.2} s against a live fraction of {live:.3}"
+    );
     // Calls are those of the live windows: some, not all; none broken by the switches.
     let calls = u(node(&run, &["write_record"]), "count");
     assert!(

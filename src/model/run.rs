@@ -76,6 +76,12 @@ pub struct Provenance {
     /// of each second (counts are then those of the live windows); None: always live.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probes_live_fraction: Option<f64>,
+    /// When the probes were live under that duty cycle, `[start, end]` in ns since the Unix
+    /// epoch (CLOCK_REALTIME): the first from the attach, the last to the end of the run.
+    /// A program's own timestamped log split by them gives its pace with the probes live and
+    /// paused. Empty: always live.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub live_windows: Vec<[u64; 2]>,
     /// The runs a merged run was made from (`wprof merge`), in the order given; empty for a
     /// run of one host.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -226,6 +226,8 @@ pub struct Keeper<'a> {
     duty: Option<DutyCycle>,
     /// When the duty cycle began, seconds into the run (the probes were live before).
     duty_after: Duration,
+    /// Under a duty cycle, when the probes were live.
+    windows: duty::LiveWindows,
     /// Per phase: unmatched returns that came from switching probes.
     excused: Vec<u64>,
     /// Unmatched returns per phase when the last switch began, and when it ended.
@@ -254,6 +256,7 @@ impl<'a> Keeper<'a> {
             moved: Vec::new(),
             duty: None,
             duty_after: Duration::ZERO,
+            windows: duty::LiveWindows::default(),
             excused: vec![0; phases.iter().map(|p| p.id as usize + 1).max().unwrap_or(0)],
             mark: None,
             epochs: None,
@@ -333,6 +336,7 @@ impl<'a> Keeper<'a> {
         };
         if switch == Switch::Pause {
             switched(false, tracer);
+            self.windows.close(duty::unix_ns());
         }
         let ids = self.probed();
         let wait = settle(agg, &ids);
@@ -353,6 +357,7 @@ impl<'a> Keeper<'a> {
                 queued.iter().for_each(|e| agg.add(e));
                 if switch == Switch::Resume {
                     switched(true, tracer);
+                    self.windows.open(duty::unix_ns());
                 }
             }
             Err(e) => eprintln!("wprof: warning: duty cycle: {e:#}"),
@@ -564,6 +569,9 @@ impl<'a> Keeper<'a> {
             None => {
                 self.duty = Some(DutyCycle::start(fraction));
                 self.duty_after = self.started.elapsed();
+                // Live since the attach.
+                let since = self.started.elapsed().as_nanos() as u64;
+                self.windows.open(duty::unix_ns().saturating_sub(since));
             }
         }
         eprintln!(
@@ -601,9 +609,9 @@ impl<'a> Keeper<'a> {
         true
     }
 
-    /// At the end of the run: the share of it the probes were live (None: always), and the
-    /// unmatched returns per phase that switching probes caused.
-    pub fn finish(&mut self, tracer: &mut Tracer) -> (Option<f64>, Vec<Moved>, Vec<u64>) {
+    /// At the end of the run: the share of it the probes were live (None: always), the
+    /// phases moved, and the unmatched returns per phase that switching probes caused.
+    pub fn finish(&mut self, tracer: &mut Tracer) -> Finished {
         if let Some((d, _)) = self.detaching.take() {
             d.wait();
         }
@@ -616,12 +624,25 @@ impl<'a> Keeper<'a> {
             }
         }
         let live = self.duty.as_ref().map(|d| d.live_share(self.duty_after));
-        (
-            live,
-            std::mem::take(&mut self.moved),
-            std::mem::take(&mut self.excused),
-        )
+        Finished {
+            probes_live: live,
+            moved: std::mem::take(&mut self.moved),
+            excused: std::mem::take(&mut self.excused),
+            live_windows: std::mem::take(&mut self.windows).finish(duty::unix_ns()),
+        }
     }
+}
+
+/// What [`Keeper::finish`] says of the run.
+pub struct Finished {
+    /// The share of the run the probes were live; None: always.
+    pub probes_live: Option<f64>,
+    /// Phases moved to sampling, in order.
+    pub moved: Vec<Moved>,
+    /// Per phase: unmatched returns that came from switching probes.
+    pub excused: Vec<u64>,
+    /// Under a duty cycle, when the probes were live (Unix ns); empty: always.
+    pub live_windows: Vec<[u64; 2]>,
 }
 
 #[cfg(test)]

@@ -52,6 +52,8 @@ pub(super) struct Traced {
     pub excused: Vec<u64>,
     /// Share of the run the probes were live, when `--max-overhead` duty-cycled them.
     pub probes_live: Option<f64>,
+    /// When they were live then (Unix ns).
+    pub live_windows: Vec<[u64; 2]>,
     /// The probes' time in the CPU samples, when the run sampled enough.
     pub probe_time: Option<crate::model::InSituProbeTime>,
     /// The probed threads' progress, live against paused, when a duty cycle measured it.
@@ -82,6 +84,7 @@ pub(super) fn build_run(
         moved,
         excused,
         probes_live,
+        live_windows,
         probe_time,
         progress,
         sample_ns,
@@ -134,6 +137,7 @@ pub(super) fn build_run(
         end_reason: reason.to_string(),
         aggregation: end.aggregation,
         probes_live_fraction: probes_live,
+        live_windows,
         ..provenance(profile, started)
     };
     Run {

@@ -69,6 +69,41 @@ pub fn fraction_priced(pct: f64, current: f64, budget_pct: f64, measured: bool) 
         .or_else(|| fraction_for(pct, current, budget_pct).map(|_| MIN_FRACTION))
 }
 
+/// When the probes were live under a duty cycle, in ns since the Unix epoch (CLOCK_REALTIME,
+/// so that a program's own timestamped log, pgbench's `-l` say, can be split by them).
+#[derive(Debug, Clone, Default)]
+pub struct LiveWindows {
+    closed: Vec<[u64; 2]>,
+    open: Option<u64>,
+}
+
+impl LiveWindows {
+    /// The probes went live at `at` (a no-op while a window is open).
+    pub fn open(&mut self, at: u64) {
+        self.open.get_or_insert(at);
+    }
+
+    /// The probes start coming off at `at`: the open window ends there.
+    pub fn close(&mut self, at: u64) {
+        if let Some(start) = self.open.take() {
+            self.closed.push([start, at.max(start)]);
+        }
+    }
+
+    /// Every window, the open one closed at `at` (the run's end).
+    pub fn finish(mut self, at: u64) -> Vec<[u64; 2]> {
+        self.close(at);
+        self.closed
+    }
+}
+
+/// Now, in ns since the Unix epoch.
+pub fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
 /// The duty cycle's state.
 #[derive(Debug, Clone)]
 pub struct DutyCycle {
@@ -180,6 +215,22 @@ mod tests {
         assert_eq!(raised_fraction(20.0, 0.25, 7.5), None);
         assert_eq!(raised_fraction(0.0, 0.2, 7.5), Some(MAX_FRACTION));
         assert_eq!(raised_fraction(1.0, 0.8, 7.5), None);
+    }
+
+    #[test]
+    fn live_windows_close_at_each_pause_and_at_the_end() {
+        let mut w = LiveWindows::default();
+        w.open(100);
+        w.open(150); // already open: the first start stands
+        w.close(300);
+        w.close(350); // nothing open
+        w.open(500);
+        assert_eq!(w.clone().finish(900), vec![[100, 300], [500, 900]]);
+        let mut w = LiveWindows::default();
+        w.open(100);
+        w.close(400);
+        assert_eq!(w.finish(900), vec![[100, 400]]);
+        assert!(LiveWindows::default().finish(10).is_empty());
     }
 
     #[test]

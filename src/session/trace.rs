@@ -350,7 +350,12 @@ impl<'c> Session<'c> {
         };
         let reason = trace_loop::run(&mut self.collector, &mut agg, sides, watch, !c.quiet)?;
         let in_kernel = c.aggregate == AggregateMode::Kernel || hooks.switched;
-        let (probes_live, moved, excused) = hooks.keeper.finish(hooks.tracer);
+        let super::budget::Finished {
+            probes_live,
+            moved,
+            excused,
+            live_windows,
+        } = hooks.keeper.finish(hooks.tracer);
         let probe_time = hooks.overhead.in_situ.reading();
         let progress = hooks
             .overhead
@@ -412,6 +417,7 @@ impl<'c> Session<'c> {
             moved,
             excused,
             probes_live,
+            live_windows,
             probe_time,
             progress,
             sample_ns: self.sampler.sample_ns,

@@ -48,6 +48,8 @@ pub(super) fn merged(inputs: &[Input]) -> Provenance {
         end_reason: distinct(provs.iter().map(|p| p.end_reason.as_str())),
         aggregation: first.aggregation,
         probes_live_fraction: live_fraction(&provs),
+        // Each host's windows are on its own clock, and overlap others': none for the fleet.
+        live_windows: Vec::new(),
         sources,
     }
 }
