@@ -241,6 +241,7 @@ pub fn sample_run() -> Run {
     Run {
         provenance: Provenance {
             probes_live_fraction: None,
+            live_windows: Vec::new(),
             wprof_version: "0.1.0".into(),
             host: "ci-vm".into(),
             kernel: "6.8.0-45-generic".into(),

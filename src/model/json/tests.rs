@@ -433,3 +433,26 @@ fn grouped_nodes_round_trip_validate_and_show_their_string() -> Result<()> {
     }
     Ok(())
 }
+
+#[test]
+fn live_windows_round_trip_and_validate() -> Result<()> {
+    let mut run = sample_run();
+    run.provenance.probes_live_fraction = Some(0.25);
+    run.provenance.live_windows = vec![[1_795_854_394_000_000_000, 1_795_854_395_000_000_000]];
+    let v = to_json(&run);
+    assert_eq!(
+        v["provenance"]["live_windows"][0][1],
+        1_795_854_395_000_000_000u64
+    );
+    if let Err(e) = validate(&v) {
+        panic!("docs/json-schema-v1.json rejects live_windows:\n{e}");
+    }
+    assert_eq!(
+        from_json(&v.to_string())?.provenance.live_windows,
+        run.provenance.live_windows
+    );
+    // Always live: no field.
+    run.provenance.live_windows.clear();
+    assert!(to_json(&run)["provenance"].get("live_windows").is_none());
+    Ok(())
+}
