@@ -40,12 +40,16 @@ while pid is None:
 while True:
     total = 0
     try:
-        for t in os.listdir(f"/proc/{pid}/task"):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        break  # db_bench exited
+    for t in tasks:
+        try:
             for line in open(f"/proc/{pid}/task/{t}/io"):
                 if line.startswith("syscw"):
                     total += int(line.split()[1])
-    except OSError:
-        break
+        except OSError:
+            pass  # a thread that just exited
     out.write(f"{time.time():.4f} {total}\n")
     out.flush()
     time.sleep(0.01)

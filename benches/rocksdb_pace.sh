@@ -31,12 +31,16 @@ print(t0, file=open(sys.argv[1] + ".t0", "w"), flush=True)
 while True:
     total = 0
     try:
-        for t in os.listdir(f"/proc/{pid}/task"):
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        break  # db_bench exited
+    for t in tasks:
+        try:
             for line in open(f"/proc/{pid}/task/{t}/io"):
                 if line.startswith("syscw"):
                     total += int(line.split()[1])
-    except OSError:
-        break
+        except OSError:
+            pass  # a thread that just exited
     out.write(f"{time.monotonic() - t0:.3f} {total}\n")
     out.flush()
     time.sleep(0.02)
@@ -65,7 +69,7 @@ rows = [tuple(map(float, l.split())) for l in open(sys.argv[1])]
 w = float(sys.argv[2]); bins = {}
 for (t0, c0), (t1, c1) in zip(rows, rows[1:]):
     if c1 < c0:
-        break
+        continue  # a thread exited: its count left the sum
     bins[int(t1 / w)] = bins.get(int(t1 / w), 0) + c1 - c0
 print(f"writes a second (thousands), every {w} s:")
 print(" ".join(f"{v / w / 1000:.0f}" for v in bins.values()))
