@@ -24,37 +24,7 @@ own() { awk '$1 == "rocksdb.db.write.micros" { print ($(NF-3) > 0 ? $NF / $(NF-3
 # db_bench's write calls (one WAL write(2) a write; /proc/PID/task/*/io syscw), every 10 ms on
 # the wall clock, from the moment it exists to its exit: split by wprof's live windows (JSON
 # provenance.live_windows), the paused windows are the same run without the probes.
-pace() {
-  python3 - "$1" <<'PY' &
-import os, sys, time
-out = open(sys.argv[1], "w")
-pid = None
-while pid is None:
-    for p in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0].endswith(b"db_bench"):
-                pid = p
-        except OSError:
-            pass
-    time.sleep(0.002)
-while True:
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        break  # db_bench exited
-    for t in tasks:
-        try:
-            for line in open(f"/proc/{pid}/task/{t}/io"):
-                if line.startswith("syscw"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass  # a thread that just exited
-    out.write(f"{time.time():.4f} {total}\n")
-    out.flush()
-    time.sleep(0.01)
-PY
-}
+pace() { python3 benches/db_bench_pace.py "$1" 0.01 & }
 b=$(bench env | ops)
 for r in $(seq $R); do
   pace "$tmp/pace"

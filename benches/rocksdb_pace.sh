@@ -14,37 +14,7 @@ N=${1:-2000000}; BIN=${2:-0.1}; shift 2 || true
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 ARGS=(--benchmarks=fillrandom --num="$N" --write_buffer_size=4194304 --db="$tmp/db")
 # The sampler: polls db_bench's threads every 20 ms from the moment it exists.
-python3 - "$tmp/pace" <<'PY' &
-import os, sys, time
-out = open(sys.argv[1], "w")
-pid = None
-while pid is None:
-    for p in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")[0].endswith(b"db_bench"):
-                pid = p
-        except OSError:
-            pass
-    time.sleep(0.002)
-t0 = time.monotonic()
-print(t0, file=open(sys.argv[1] + ".t0", "w"), flush=True)
-while True:
-    total = 0
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        break  # db_bench exited
-    for t in tasks:
-        try:
-            for line in open(f"/proc/{pid}/task/{t}/io"):
-                if line.startswith("syscw"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass  # a thread that just exited
-    out.write(f"{time.monotonic() - t0:.3f} {total}\n")
-    out.flush()
-    time.sleep(0.02)
-PY
+python3 benches/db_bench_pace.py "$tmp/pace" 0.02 &
 mon=$!
 stamp() { # wprof's messages, stamped against db_bench's start
   python3 -c '
@@ -53,8 +23,8 @@ t0f = sys.argv[1] + ".t0"
 for line in sys.stdin:
     for part in line.replace("\r", "\n").split("\n"):
         if part.startswith("wprof: probes took") or part.startswith("wprof: with the probes live") or part.startswith("fillrandom") or "aggregating in the kernel" in part:
-            t0 = float(open(t0f).read()) if os.path.exists(t0f) else time.monotonic()
-            print(f"{time.monotonic() - t0:7.2f} s  {part[:600]}", flush=True)
+            t0 = float(open(t0f).read()) if os.path.exists(t0f) else time.time()
+            print(f"{time.time() - t0:7.2f} s  {part[:600]}", flush=True)
 ' "$tmp/pace"
 }
 if [ $# -gt 0 ]; then
@@ -65,7 +35,8 @@ fi
 wait "$mon" || true
 python3 - "$tmp/pace" "$BIN" <<'PY'
 import sys
-rows = [tuple(map(float, l.split())) for l in open(sys.argv[1])]
+start = float(open(sys.argv[1] + ".t0").read())
+rows = [(t - start, c) for t, c in (map(float, l.split()) for l in open(sys.argv[1]))]
 w = float(sys.argv[2]); bins = {}
 for (t0, c0), (t1, c1) in zip(rows, rows[1:]):
     if c1 < c0:
