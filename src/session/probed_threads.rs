@@ -115,10 +115,21 @@ mod tests {
         let tid = unsafe { libc::gettid() } as u32;
         let mut t = ProbedThreads::new(&[pid]);
         assert!(t.at_start.contains_key(&key(pid, tid)));
+        // Spins until this thread has had `ms` of CPU time, not of wall time: on a loaded host
+        // (a CI run next to it) 60 ms of wall time gave it less than 40 ms of CPU.
         let spin = |ms: u64| {
-            let end = std::time::Instant::now() + std::time::Duration::from_millis(ms);
+            let cpu_ns = || {
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: a valid clock id and a timespec to fill.
+                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+                ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+            };
+            let end = cpu_ns() + ms * 1_000_000;
             let mut x = 0u64;
-            while std::time::Instant::now() < end {
+            while cpu_ns() < end {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
         };
