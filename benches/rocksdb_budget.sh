@@ -3,10 +3,10 @@
 # traced run bracketed by untraced runs (ratio against the mean of the runs before and after
 # it), and against itself: `run/paused` is the traced run's write rate over that of its own
 # paused windows (the duty cycle's, from JSON provenance.live_windows), `live/paused` the live
-# windows' over the paused ones'. Prints ops/s, the probes' live share, write_impl's corrected mean against RocksDB's own
-# mean in the traced run (ratio_mean), the budget's in-situ reading, the program's pace (the
-# slowdown while live, and what a hit cost the code after it beyond its price, per root) and
-# the sampled children's shares.
+# windows' over the paused ones'. Prints ops/s, the probes' live share, write_impl's corrected
+# mean against RocksDB's own mean in the traced run (ratio_mean), the budget's in-situ
+# reading, the program's pace (the slowdown while live, and what a hit cost the code after it
+# beyond its price, per root) and the sampled children's shares.
 #
 # Run as root: benches/rocksdb_budget.sh [KEYS] [ROUNDS]     (defaults: 2000000 2)
 # WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to wprof's arguments (e.g.

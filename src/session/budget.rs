@@ -570,7 +570,7 @@ impl<'a> Keeper<'a> {
                 self.duty = Some(DutyCycle::start(fraction));
                 self.duty_after = self.started.elapsed();
                 // Live since the attach.
-                let since = self.started.elapsed().as_nanos() as u64;
+                let since = self.duty_after.as_nanos() as u64;
                 self.windows.open(duty::unix_ns().saturating_sub(since));
             }
         }
