@@ -165,7 +165,7 @@ fn write_estimate(
     phases: &[resolve::ResolvedPhase],
     e: &session::Estimate,
 ) -> Result<()> {
-    let b = e.probes_budget_pct;
+    let (b, d) = (e.probes_budget_pct, e.decision_pct);
     writeln!(
         out,
         "\nestimate: {:.1} s attached; the process used {:.0} ms of CPU a second",
@@ -211,8 +211,9 @@ fn write_estimate(
         match e.duty {
             None => String::new(),
             Some(Some(f)) => format!(
-                "; still over {b:.2}%: what stays probed would start live {:.0}% of each cycle \
-                 (then what its own slowdown allows)",
+                "; still over {d:.2}% (half of {b:.2}% until a run reads the program's own \
+                 pace): what stays probed would start live {:.0}% of each cycle (then what its \
+                 own slowdown allows)",
                 f * 100.0
             ),
             Some(None) => format!(

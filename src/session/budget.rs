@@ -488,18 +488,20 @@ impl<'a> Keeper<'a> {
         agg: &Aggregator,
     ) -> Option<EndReason> {
         let budget = watch.budget()?;
+        // Moves fit the figure to half the budget until the program's pace is read.
+        let decision = watch.decision_budget()?;
         // In the kernel mode the calls reach the aggregator only at the end: without the
         // kernel's counts every phase ever seen as a root (once, in any process) would count
         // as a root, and every child ever seen as still probed, and stay probed.
         let edges = agg.phase_edges_with(&crate::collect::kernel::node_counts(tracer));
         let cpu = watch.cpu_ns_per_s;
         let head = format!(
-            "probes took {pct:.1}% of {} CPU time over the last {:.2} s{}{}, above {}",
+            "probes took {pct:.1}% of {} CPU time over the last {:.2} s{}{}, {}",
             watch.whose_cpu(),
             watch.window_s,
             watch.in_situ.phrase(),
             watch.progress.phrase(),
-            watch.budget_phrase()
+            watch.above_phrase()
         );
         let moved: Vec<u32> = self.moved.iter().map(|m| m.id).collect();
         let rates = |id: u32| {
@@ -511,7 +513,7 @@ impl<'a> Keeper<'a> {
             moves,
             projected_pct: projected,
             fits: _,
-        } = plan_moves(self.phases, &edges, &moved, &rates, cpu, budget);
+        } = plan_moves(self.phases, &edges, &moved, &rates, cpu, decision);
         let mut said = Vec::new();
         if !moves.is_empty() {
             let wait = settle(agg, &moves);

@@ -35,6 +35,9 @@ pub struct Estimate {
     pub sampler: Option<(u64, f64)>,
     /// What the probes may take, %: the budget less the sampler's share.
     pub probes_budget_pct: f64,
+    /// What the figure is held to before a run has read the program's own pace, %
+    /// ([`duty::decision_budget`]): the plan moves phases until it fits this.
+    pub decision_pct: f64,
     /// What `--max-overhead budget_pct` would move.
     pub plan: Plan,
     /// The share of each cycle what stays probed would be live, when moving is not enough
@@ -112,7 +115,10 @@ pub fn estimate(
     let probes_budget_pct =
         sampler_budget::probes_budget(budget_pct, sampler.map_or(0.0, |(_, pct)| pct));
     let loads = budget::loads(phases, &edges, &[], &rates);
-    let plan = budget::plan_moves(phases, &edges, &[], &rates, cpu_ns_per_s, probes_budget_pct);
+    // As a run's first decision: the figure against half the budget, the program's own
+    // slowdown being unread.
+    let decision = duty::decision_budget(probes_budget_pct, false);
+    let plan = budget::plan_moves(phases, &edges, &[], &rates, cpu_ns_per_s, decision);
     // The fraction a run's first cycle would start from, before the program's own slowdown
     // is read.
     let duty = (!plan.fits)
@@ -124,6 +130,7 @@ pub fn estimate(
         budget_pct,
         sampler,
         probes_budget_pct,
+        decision_pct: decision,
         plan,
         duty,
     })

@@ -84,9 +84,9 @@ impl RunHooks<'_> {
             return false;
         }
         let why = format!(
-            "probes and their reading took {pct:.1}% of {} CPU time, above {}",
+            "probes and their reading took {pct:.1}% of {} CPU time, {}",
             self.overhead.whose_cpu(),
-            self.overhead.budget_phrase()
+            self.overhead.above_phrase()
         );
         self.switch_to_kernel(&why)
     }
@@ -192,7 +192,7 @@ impl trace_loop::Hooks for RunHooks<'_> {
             let probes = self.overhead.last_probes_pct;
             let still = self
                 .overhead
-                .budget()
+                .decision_budget()
                 .filter(|b| probes > *b)
                 .map(|_| probes);
             if still.is_none() {

@@ -247,6 +247,28 @@ impl OverheadWatch {
             .map(|b| super::sampler_budget::probes_budget(b, self.sampler_share()))
     }
 
+    /// What the figure is held to now, %: [`OverheadWatch::budget`] once the probed
+    /// threads' progress has been read, half of it before ([`super::duty::decision_budget`]).
+    pub fn decision_budget(&self) -> Option<f64> {
+        let measured = self.live_cost_pct().is_some();
+        self.budget()
+            .map(|b| super::duty::decision_budget(b, measured))
+    }
+
+    /// "above --max-overhead B%" (or the probes' share of it); while the program's own pace
+    /// is unread, "above D% (until the program's own pace is read, half of …)", D being
+    /// [`OverheadWatch::decision_budget`].
+    pub fn above_phrase(&self) -> String {
+        match self.decision_budget() {
+            Some(d) if self.live_cost_pct().is_none() => format!(
+                "above {d:.2}% (until the program's own pace is read, 1/{} of {})",
+                super::duty::UNMEASURED,
+                self.budget_phrase()
+            ),
+            _ => format!("above {}", self.budget_phrase()),
+        }
+    }
+
     /// What one call of phase `id` costs: its probes' time and wprof's reading of it, ns.
     pub fn pair_ns(&self, id: u32) -> f64 {
         self.hit_ns.get(id as usize).map_or(0.0, |h| {
@@ -426,7 +448,7 @@ impl OverheadWatch {
         self.peak_pct = self.peak_pct.max(pct);
         self.last_pct = pct;
         if self.ticks == 1 && !self.quiet {
-            let over = pct > self.budget().unwrap_or(WARN_PCT);
+            let over = pct > self.decision_budget().unwrap_or(WARN_PCT);
             eprintln!(
                 "wprof: {}first {}: {} probe hits and their reading ≈ {:.1} ms = {pct:.1}% of \
                  {} CPU time{}{}",
@@ -447,7 +469,7 @@ impl OverheadWatch {
                 }
             );
         }
-        let over = self.budget().filter(|b| pct > *b).map(|_| pct);
+        let over = self.decision_budget().filter(|b| pct > *b).map(|_| pct);
         self.every = if over.is_some() { EVERY_OVER } else { EVERY }.max(self.floor);
         over
     }
