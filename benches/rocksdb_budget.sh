@@ -3,10 +3,11 @@
 # traced run bracketed by untraced runs (ratio against the mean of the runs before and after
 # it), and against itself: `run/paused` is the traced run's write rate over that of its own
 # paused windows (the duty cycle's, from JSON provenance.live_windows), `live/paused` the live
-# windows' over the paused ones'. Prints ops/s, the probes' live share, write_impl's corrected
-# mean against RocksDB's own mean in the traced run (ratio_mean), the budget's in-situ
-# reading, the program's pace (the slowdown while live, and what a hit cost the code after it
-# beyond its price, per root) and the sampled children's shares.
+# windows' over the paused ones', `first_live` how long the probes were live before the first
+# pause. Prints ops/s, the probes' live share, write_impl's corrected mean against RocksDB's
+# own mean in the traced run (ratio_mean), the budget's in-situ reading, the program's pace
+# (the slowdown while live, and what a hit cost the code after it beyond its price, per root)
+# and the sampled children's shares.
 #
 # Run as root: benches/rocksdb_budget.sh [KEYS] [ROUNDS]     (defaults: 2000000 2)
 # WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to wprof's arguments (e.g.
@@ -47,7 +48,8 @@ for (t0,c0),(t1,c1) in zip(rows,rows[1:]):
     rate[k][0]+=c1-c0; rate[k][1]+=t1-t0
 per=lambda k: rate[k][0]/rate[k][1] if rate[k][1] else float("nan")
 run_rate=(rate[True][0]+rate[False][0])/max(rate[True][1]+rate[False][1],1e-9)
-pace_line=f"run/paused {run_rate/per(False):.3f} live/paused {per(True)/per(False):.3f}" if wins else "run/paused - (no duty cycle)"
+# The first live window runs from the attach to the cycle's first pause.
+pace_line=f"run/paused {run_rate/per(False):.3f} live/paused {per(True)/per(False):.3f} first_live {wins[0][1]-wins[0][0]:.2f}s" if wins else "run/paused - (no duty cycle)"
 roots=[r for r in run["tree"]["roots"]]
 r=[x for x in roots if x["name"]=="write_impl"][0]
 mean=r.get("corrected",r)["total_ns"]/max(r["count"],1)/1e3

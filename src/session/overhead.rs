@@ -248,11 +248,20 @@ impl OverheadWatch {
     }
 
     /// What the figure is held to now, %: [`OverheadWatch::budget`] once the probed
-    /// threads' progress has been read, half of it before ([`super::duty::decision_budget`]).
+    /// threads' progress has been read or a duty cycle runs, half of it before
+    /// ([`super::duty::decision_budget`]).
     pub fn decision_budget(&self) -> Option<f64> {
-        let measured = self.live_cost_pct().is_some();
+        let halved = self.prior_applies();
         self.budget()
-            .map(|b| super::duty::decision_budget(b, measured))
+            .map(|b| super::duty::decision_budget(b, !halved))
+    }
+
+    /// Whether decisions still hold the figure to half the budget: no reading of the
+    /// program's pace yet, and no duty cycle (whose fraction already prices the figure
+    /// twice until the reading: halving the budget too would count the prior twice, and
+    /// moved a flush-thread phase of db_bench in a cycle's first check).
+    fn prior_applies(&self) -> bool {
+        self.live_cost_pct().is_none() && self.live_fraction >= 1.0
     }
 
     /// "above --max-overhead B%" (or the probes' share of it); while the program's own pace
@@ -260,7 +269,7 @@ impl OverheadWatch {
     /// [`OverheadWatch::decision_budget`].
     pub fn above_phrase(&self) -> String {
         match self.decision_budget() {
-            Some(d) if self.live_cost_pct().is_none() => format!(
+            Some(d) if self.prior_applies() => format!(
                 "above {d:.2}% (until the program's own pace is read, 1/{} of {})",
                 super::duty::UNMEASURED,
                 self.budget_phrase()
