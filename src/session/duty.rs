@@ -14,12 +14,6 @@ use std::time::{Duration, Instant};
 /// link is gone): two seconds keep that small against a live window of a few hundred ms.
 pub const CYCLE: Duration = Duration::from_secs(2);
 
-/// The cycle's first live window lasts at most this. It comes before the program's own pace
-/// has been read, at a fraction priced from a prior ([`UNMEASURED`]) that the reading often
-/// overturns (db_bench: 42% live where 19% fitted, its writes 36% slower while live); half a
-/// second still holds the CPU time a reading needs (`progress::MIN_CPU_NS`, 0.1 s).
-pub const FIRST_LIVE: Duration = Duration::from_millis(500);
-
 /// Below this the windows would be too short to hold a call of a slow phase: the run ends
 /// instead (the budget's old behaviour).
 pub const MIN_FRACTION: f64 = 0.02;
@@ -133,8 +127,6 @@ pub struct DutyCycle {
     since: Instant,
     live_total: Duration,
     started: Instant,
-    /// Whether the first live window is still to end (it lasts at most [`FIRST_LIVE`]).
-    first: bool,
 }
 
 /// What the cycle asks for now.
@@ -147,7 +139,7 @@ pub enum Switch {
 }
 
 impl DutyCycle {
-    /// Starts a cycle with the probes live now (for at most [`FIRST_LIVE`] the first time).
+    /// Starts a cycle with the probes live now.
     pub fn start(fraction: f64) -> DutyCycle {
         let now = Instant::now();
         DutyCycle {
@@ -156,15 +148,12 @@ impl DutyCycle {
             since: now,
             live_total: Duration::ZERO,
             started: now,
-            first: true,
         }
     }
 
     /// Whether the probes should switch now; call often (every drain).
     pub fn poll(&mut self) -> Option<Switch> {
-        let window = if self.live && self.first {
-            CYCLE.mul_f64(self.fraction).min(FIRST_LIVE)
-        } else if self.live {
+        let window = if self.live {
             CYCLE.mul_f64(self.fraction)
         } else {
             CYCLE.mul_f64(1.0 - self.fraction)
@@ -175,7 +164,6 @@ impl DutyCycle {
         let now = Instant::now();
         if self.live {
             self.live_total += now - self.since;
-            self.first = false;
         }
         self.live = !self.live;
         self.since = now;
@@ -274,19 +262,11 @@ mod tests {
     fn the_cycle_pauses_after_its_live_window_and_resumes_after_the_rest() {
         let mut d = DutyCycle::start(0.5);
         assert_eq!(d.poll(), None);
-        // The first live window ends at FIRST_LIVE (0.5 s), not at half the 2 s cycle.
-        d.since -= Duration::from_millis(400);
-        assert_eq!(d.poll(), None);
-        d.since -= Duration::from_millis(200);
+        d.since -= CYCLE.mul_f64(0.6);
         assert_eq!(d.poll(), Some(Switch::Pause));
         assert_eq!(d.poll(), None);
         d.since -= CYCLE.mul_f64(0.6);
         assert_eq!(d.poll(), Some(Switch::Resume));
         assert!(d.live_share(Duration::ZERO) > 0.0);
-        // The next ones last the fraction's share of the cycle.
-        d.since -= Duration::from_millis(600);
-        assert_eq!(d.poll(), None);
-        d.since -= Duration::from_millis(500);
-        assert_eq!(d.poll(), Some(Switch::Pause));
     }
 }
