@@ -172,7 +172,8 @@ pub struct TraceArgs {
     /// one; not when an option needs every call), then the costliest hot leaves move to CPU
     /// sampling (roots stay exact), then what stays probed is live only part of each 2 s
     /// cycle, and only when even 2% of the time is too much does wprof detach (cleanly,
-    /// outputs written, exit 5).
+    /// outputs written, exit 5). Until a cycle has read the program's own slowdown, the
+    /// probes' figure is held to half of PCT (a trap also slows the code after it).
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub max_overhead: Option<f64>,
     /// Check the probe correction where the probes run: every 2 s, for 0.25 s, the probes are

@@ -207,7 +207,10 @@ mod tests {
         assert!(figure <= decision_budget(budget, true));
         // The cycle it starts prices the figure twice: 7.5 / 14.6 × 0.8 live.
         let f = fraction_priced(figure, 1.0, budget, false).unwrap();
-        assert!((f - budget / (figure * UNMEASURED) * 0.8).abs() < 1e-9, "{f}");
+        assert!(
+            (f - budget / (figure * UNMEASURED) * 0.8).abs() < 1e-9,
+            "{f}"
+        );
     }
 
     #[test]
