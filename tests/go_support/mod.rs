@@ -162,7 +162,26 @@ pub fn assert_counters_zero(run: &serde_json::Value, keys: &[&str]) {
     }
 }
 
-/// Counts exact, nothing lost, unmatched or abandoned, every method's time within `tol` of
+/// Abandoned calls in the Go runtime's GC phases (`gc_*`): a collection on another thread can
+/// be inside `startTheWorldWithSema` when the program exits, and that call never returns (CI
+/// saw one `gc_stw_end` of 1,034 so, in an attach by pid). None elsewhere: the run's counter
+/// is theirs alone, and at most 2.
+pub fn assert_abandoned_only_by_an_exit_during_gc(run: &serde_json::Value) {
+    let in_gc: u64 = phase_sums(run)
+        .iter()
+        .filter(|(name, _)| name.starts_with("gc_"))
+        .map(|(_, s)| s.abandoned)
+        .sum();
+    let all = u(&run["counters"], "abandoned");
+    assert!(
+        all == in_gc && all <= 2,
+        "{all} abandoned, {in_gc} of them in GC phases\n{}",
+        summary(run)
+    );
+}
+
+/// Counts exact, nothing lost or unmatched, nothing abandoned but a GC call cut off by the
+/// exit ([`assert_abandoned_only_by_an_exit_during_gc`]), every method's time within `tol` of
 /// the fixture's own timer (plus `waits_ns` of run-queue waits above it), rows as the fixture counted them: parquet-go's `Write` returns the
 /// rows it wrote (one call per row), and no phase counts rows from `WriteBatch`'s batch
 /// pointer.
@@ -173,6 +192,7 @@ pub fn assert_matches_fixture(
     waits_ns: f64,
 ) {
     let sums = phase_sums(run);
+    assert_abandoned_only_by_an_exit_during_gc(run);
     assert_counters_zero(
         run,
         &[
@@ -180,7 +200,6 @@ pub fn assert_matches_fixture(
             "lost_node_defs",
             "orphan_spans",
             "unmatched_returns",
-            "abandoned",
             "open_at_end",
             "overflow",
             "no_stack",
