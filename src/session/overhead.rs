@@ -265,17 +265,22 @@ impl OverheadWatch {
     }
 
     /// "above --max-overhead B%" (or the probes' share of it); while the program's own pace
-    /// is unread, "above D% (until the program's own pace is read, half of …)", D being
+    /// is unread, "above D% (until the program's own pace is read, 1/2 of …)", D being
     /// [`OverheadWatch::decision_budget`].
     pub fn above_phrase(&self) -> String {
-        match self.decision_budget() {
-            Some(d) if self.prior_applies() => format!(
+        match self.halved_budget() {
+            Some(d) => format!(
                 "above {d:.2}% (until the program's own pace is read, 1/{} of {})",
                 super::duty::UNMEASURED,
                 self.budget_phrase()
             ),
-            _ => format!("above {}", self.budget_phrase()),
+            None => format!("above {}", self.budget_phrase()),
         }
+    }
+
+    /// The decision budget while it is the budget halved by the prior, else None.
+    fn halved_budget(&self) -> Option<f64> {
+        self.decision_budget().filter(|_| self.prior_applies())
     }
 
     /// What one call of phase `id` costs: its probes' time and wprof's reading of it, ns.
@@ -471,10 +476,17 @@ impl OverheadWatch {
                 added / 1e6,
                 self.whose_cpu(),
                 self.in_situ.phrase(),
-                match self.max_overhead {
-                    Some(_) => format!(" ({})", self.budget_phrase()),
-                    None if over => " (--max-overhead PCT detaches above a budget)".to_string(),
-                    None => String::new(),
+                match (self.max_overhead, self.halved_budget()) {
+                    (Some(_), Some(d)) => format!(
+                        " (held to {d:.2}% until the program's own pace is read: 1/{} of {})",
+                        super::duty::UNMEASURED,
+                        self.budget_phrase()
+                    ),
+                    (Some(_), None) => format!(" ({})", self.budget_phrase()),
+                    (None, _) if over => {
+                        " (--max-overhead PCT detaches above a budget)".to_string()
+                    }
+                    (None, _) => String::new(),
                 }
             );
         }
