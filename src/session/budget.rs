@@ -557,7 +557,23 @@ impl<'a> Keeper<'a> {
         // program's own progress has been read, at twice the figure.
         let current = self.duty.as_ref().map_or(1.0, |d| d.fraction);
         let measured = watch.live_cost_pct().is_some();
-        let Some(fraction) = duty::fraction_priced(pct, current, budget, measured) else {
+        // Once a live window's cost is read, no more live than pays back the run so far.
+        let share = self
+            .duty
+            .as_ref()
+            .map_or(1.0, |d| d.live_share(self.duty_after));
+        let paying = match watch.live_cost_pct() {
+            Some(lost) if self.duty.is_some() => duty::paying_fraction(
+                lost.max(pct / current.max(duty::MIN_FRACTION)),
+                share,
+                self.started.elapsed(),
+                budget,
+            ),
+            _ => 1.0,
+        };
+        let Some(fraction) =
+            duty::fraction_priced(pct, current, budget, measured).map(|f| f.min(paying))
+        else {
             eprintln!(
                 "wprof: {head}, and no more phases may move to sampling (roots, parents and \
                  measure = \"probe\" phases stay probed) nor be probed less than {:.0}% of the time: \
@@ -579,8 +595,9 @@ impl<'a> Keeper<'a> {
         eprintln!(
             "wprof: {head}, and no more phases may move to sampling (roots, parents and measure \
              = \"probe\" phases stay probed): their probes are live {:.0}% of each second from \
-             now on (calls are counted in those windows only)",
-            fraction * 100.0
+             now on (calls are counted in those windows only){}",
+            fraction * 100.0,
+            paying_phrase(fraction, paying, share)
         );
         None
     }
@@ -597,16 +614,20 @@ impl<'a> Keeper<'a> {
         };
         // The figures price it too: the dearer of the two stands.
         let figure = watch.last_pct / d.fraction.max(duty::MIN_FRACTION);
-        let Some(fraction) = duty::raised_fraction(lost.max(figure), d.fraction, budget) else {
+        let cost = lost.max(figure);
+        let share = d.live_share(self.duty_after);
+        let paying = duty::paying_fraction(cost, share, self.started.elapsed(), budget);
+        let Some(fraction) = duty::raised_fraction(cost, d.fraction, budget, paying) else {
             return false;
         };
         d.fraction = fraction;
         eprintln!(
             "wprof: with the probes live the probed threads did {lost:.0}% less work per CPU \
              second (the probes' figure: {figure:.1}% of a live window), within {}: their \
-             probes are live {:.0}% of each second from now on",
+             probes are live {:.0}% of each second from now on{}",
             watch.budget_phrase(),
-            fraction * 100.0
+            fraction * 100.0,
+            paying_phrase(fraction, paying, share)
         );
         true
     }
@@ -645,6 +666,19 @@ pub struct Finished {
     pub excused: Vec<u64>,
     /// Under a duty cycle, when the probes were live (Unix ns); empty: always.
     pub live_windows: Vec<[u64; 2]>,
+}
+
+/// " (live S% of the run so far: what fits the whole run over the next 10 s)" when paying
+/// back the run so far set the fraction (`fraction` at `paying`), else nothing.
+fn paying_phrase(fraction: f64, paying: f64, share: f64) -> String {
+    if fraction < paying {
+        return String::new();
+    }
+    format!(
+        " (live {:.0}% of the run so far: what fits the whole run over the next {} s)",
+        share * 100.0,
+        duty::PAYBACK.as_secs()
+    )
 }
 
 #[cfg(test)]

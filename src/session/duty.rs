@@ -56,19 +56,42 @@ pub fn decision_budget(budget_pct: f64, measured: bool) -> f64 {
 /// what the slowdown is measured against.
 pub const MAX_FRACTION: f64 = 0.9;
 
+/// How far ahead a cycle pays back what the run has spent over its budget so far: the
+/// fraction for the next this-many seconds brings the whole run's cost within the budget. The
+/// start spends most of it (everything probed until the first check, then a cycle priced
+/// from a prior until the first reading): db_bench's probes were live ~1 s of its first 2.3 s
+/// at 25-40% slower writes, on a 10 s run under a 10% budget.
+pub const PAYBACK: Duration = Duration::from_secs(10);
+
+/// The most the probes may be live over the next [`PAYBACK`] for the run so far and that to
+/// fit `budget_pct` (with the usual headroom), when a live window costs `live_pct` and the
+/// probes were live `live_share` of the `run` so far (all of it before the cycle); within
+/// [`MIN_FRACTION`] and [`MAX_FRACTION`].
+pub fn paying_fraction(live_pct: f64, live_share: f64, run: Duration, budget_pct: f64) -> f64 {
+    if live_pct <= 0.0 {
+        return MAX_FRACTION;
+    }
+    let (run, ahead) = (run.as_secs_f64(), PAYBACK.as_secs_f64());
+    let spent = live_share * run * live_pct;
+    let allowed = budget_pct * AIM * (run + ahead) - spent;
+    (allowed / (ahead * live_pct)).clamp(MIN_FRACTION, MAX_FRACTION)
+}
+
 /// A fraction is raised only to more than this many times itself (a reading's noise does not
 /// move it back and forth).
 const RAISE_OVER: f64 = 1.25;
 
 /// The live fraction that fits `budget_pct` when a live window costs `live_pct` of the probed
-/// threads' CPU time (the program's own slowdown, or more), when that is well above
-/// `current`: the fraction a first cycle started from an unmeasured price may come back up to.
-pub fn raised_fraction(live_pct: f64, current: f64, budget_pct: f64) -> Option<f64> {
+/// threads' CPU time (the program's own slowdown, or more), at most `cap`, when that is well
+/// above `current`: the fraction a first cycle started from an unmeasured price may come back
+/// up to.
+pub fn raised_fraction(live_pct: f64, current: f64, budget_pct: f64, cap: f64) -> Option<f64> {
     let f = if live_pct > 0.0 {
         (budget_pct / live_pct * AIM).min(MAX_FRACTION)
     } else {
         MAX_FRACTION
-    };
+    }
+    .min(cap);
     (f > current * RAISE_OVER).then_some(f)
 }
 
@@ -238,11 +261,38 @@ mod tests {
     #[test]
     fn a_measured_slowdown_raises_a_fraction_only_well_above_it() {
         // Live windows lose 20%, budget 7.5%: 30% live fits (7.5/20 × 0.8).
-        assert!((raised_fraction(20.0, 0.1, 7.5).unwrap() - 0.3).abs() < 1e-9);
-        // Not for a little more than the fraction it has, nor past 90%.
-        assert_eq!(raised_fraction(20.0, 0.25, 7.5), None);
-        assert_eq!(raised_fraction(0.0, 0.2, 7.5), Some(MAX_FRACTION));
-        assert_eq!(raised_fraction(1.0, 0.8, 7.5), None);
+        assert!((raised_fraction(20.0, 0.1, 7.5, 1.0).unwrap() - 0.3).abs() < 1e-9);
+        // Not for a little more than the fraction it has, nor past 90%, nor past the cap.
+        assert_eq!(raised_fraction(20.0, 0.25, 7.5, 1.0), None);
+        assert_eq!(raised_fraction(0.0, 0.2, 7.5, 1.0), Some(MAX_FRACTION));
+        assert_eq!(raised_fraction(1.0, 0.8, 7.5, 1.0), None);
+        assert_eq!(raised_fraction(20.0, 0.1, 7.5, 0.12), None);
+        assert_eq!(raised_fraction(20.0, 0.1, 7.5, 0.2), Some(0.2));
+    }
+
+    #[test]
+    fn the_next_ten_seconds_pay_back_what_the_start_spent() {
+        // 35% slower while live, a 9.3% budget: 21% live fits a window (9.3/35 × 0.8).
+        let steady = 9.3 / 35.0 * 0.8;
+        // Nothing spent yet: the steady fraction.
+        let f = paying_fraction(35.0, 0.0, Duration::ZERO, 9.3);
+        assert!((f - steady).abs() < 1e-9, "{f}");
+        // Live half of the first 2.3 s: 0.4 s of the next 10 s at most.
+        let f = paying_fraction(35.0, 0.5, Duration::from_millis(2300), 9.3);
+        let want = (9.3 * 0.8 * 12.3 - 0.5 * 2.3 * 35.0) / (10.0 * 35.0);
+        assert!((f - want).abs() < 1e-9 && f < steady, "{f} against {want}");
+        // A run that has kept to the budget so far keeps to the steady fraction; one that
+        // spent far more is held to the minimum.
+        let kept = paying_fraction(35.0, steady, Duration::from_secs(600), 9.3);
+        assert!((kept - steady).abs() < 1e-9, "{kept}");
+        assert_eq!(
+            paying_fraction(35.0, 1.0, Duration::from_secs(5), 9.3),
+            MIN_FRACTION
+        );
+        assert_eq!(
+            paying_fraction(0.0, 1.0, Duration::from_secs(5), 9.3),
+            MAX_FRACTION
+        );
     }
 
     #[test]
