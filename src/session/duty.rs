@@ -277,7 +277,7 @@ mod tests {
         // Nothing spent yet: the steady fraction.
         let f = paying_fraction(35.0, 0.0, Duration::ZERO, 9.3);
         assert!((f - steady).abs() < 1e-9, "{f}");
-        // Live half of the first 2.3 s: 0.4 s of the next 10 s at most.
+        // Live half of the first 2.3 s: ~1.5 s of the next 10 s, not the steady 2.1 s.
         let f = paying_fraction(35.0, 0.5, Duration::from_millis(2300), 9.3);
         let want = (9.3 * 0.8 * 12.3 - 0.5 * 2.3 * 35.0) / (10.0 * 35.0);
         assert!((f - want).abs() < 1e-9 && f < steady, "{f} against {want}");
