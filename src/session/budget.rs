@@ -556,14 +556,15 @@ impl<'a> Keeper<'a> {
         // What stays probed is still over: live part of each second, from now on. Until the
         // program's own progress has been read, at twice the figure.
         let current = self.duty.as_ref().map_or(1.0, |d| d.fraction);
-        let measured = watch.live_cost_pct().is_some();
+        let lost = watch.live_cost_pct();
+        let measured = lost.is_some();
         // Once a live window's cost is read, no more live than pays back the run so far.
         let share = self
             .duty
             .as_ref()
             .map_or(1.0, |d| d.live_share(self.duty_after));
-        let paying = match watch.live_cost_pct() {
-            Some(lost) if self.duty.is_some() => duty::paying_fraction(
+        let paying = match (&self.duty, lost) {
+            (Some(_), Some(lost)) => duty::paying_fraction(
                 lost.max(pct / current.max(duty::MIN_FRACTION)),
                 share,
                 self.started.elapsed(),

@@ -249,11 +249,9 @@ impl OverheadWatch {
 
     /// What the figure is held to now, %: [`OverheadWatch::budget`] once the probed
     /// threads' progress has been read or a duty cycle runs, half of it before
-    /// ([`super::duty::decision_budget`]).
+    /// ([`OverheadWatch::halved_budget`]).
     pub fn decision_budget(&self) -> Option<f64> {
-        let halved = self.prior_applies();
-        self.budget()
-            .map(|b| super::duty::decision_budget(b, !halved))
+        self.halved_budget().or_else(|| self.budget())
     }
 
     /// Whether decisions still hold the figure to half the budget: no reading of the
@@ -278,9 +276,12 @@ impl OverheadWatch {
         }
     }
 
-    /// The decision budget while it is the budget halved by the prior, else None.
+    /// The budget halved by the prior ([`super::duty::decision_budget`]) while
+    /// [`OverheadWatch::prior_applies`], else None.
     fn halved_budget(&self) -> Option<f64> {
-        self.decision_budget().filter(|_| self.prior_applies())
+        self.budget()
+            .filter(|_| self.prior_applies())
+            .map(|b| super::duty::decision_budget(b, false))
     }
 
     /// What one call of phase `id` costs: its probes' time and wprof's reading of it, ns.

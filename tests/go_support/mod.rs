@@ -165,9 +165,12 @@ pub fn assert_counters_zero(run: &serde_json::Value, keys: &[&str]) {
 /// Abandoned calls in the Go runtime's GC phases (`gc_*`): a collection on another thread can
 /// be inside `startTheWorldWithSema` when the program exits, and that call never returns (CI
 /// saw one `gc_stw_end` of 1,034 so, in an attach by pid). None elsewhere: the run's counter
-/// is theirs alone, and at most 2.
-pub fn assert_abandoned_only_by_an_exit_during_gc(run: &serde_json::Value) {
-    let in_gc: u64 = phase_sums(run)
+/// is theirs alone, and at most 2. `sums` are the run's [`phase_sums`].
+pub fn assert_abandoned_only_by_an_exit_during_gc(
+    run: &serde_json::Value,
+    sums: &HashMap<String, PhaseSum>,
+) {
+    let in_gc: u64 = sums
         .iter()
         .filter(|(name, _)| name.starts_with("gc_"))
         .map(|(_, s)| s.abandoned)
@@ -192,7 +195,7 @@ pub fn assert_matches_fixture(
     waits_ns: f64,
 ) {
     let sums = phase_sums(run);
-    assert_abandoned_only_by_an_exit_during_gc(run);
+    assert_abandoned_only_by_an_exit_during_gc(run, &sums);
     assert_counters_zero(
         run,
         &[
