@@ -212,14 +212,6 @@ impl Tracer {
         Ok((prog, first))
     }
 
-    /// Unloads the on-demand programs, which detaches their links.
-    /// Draws new CPU sampling periods (see `sampler`); call every few milliseconds.
-    pub fn jitter_sampling(&self) {
-        if let Some(s) = &self.sampler {
-            s.jitter();
-        }
-    }
-
     /// Stops the CPU sampler's events (`paused`) or starts them again: under a duty cycle the
     /// sampled phases have no open parent to be counted in while the probes are off, so their
     /// samples would cost the target for nothing.
@@ -230,6 +222,7 @@ impl Tracer {
         }
     }
 
+    /// Unloads the on-demand programs, which detaches their links.
     pub(super) fn unload_extra(&mut self) {
         // Closing the perf events detaches the sampling program from them.
         self.sampler = None;

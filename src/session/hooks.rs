@@ -159,7 +159,6 @@ impl trace_loop::Hooks for RunHooks<'_> {
         stacks: &StackAggregator,
         traced: Vec<u32>,
     ) -> Option<EndReason> {
-        self.tracer.jitter_sampling();
         self.tracer.sweep_exited_threads();
         let overhead = &mut self.overhead;
         self.keeper.poll(self.tracer, agg, |live, t| {
