@@ -559,19 +559,15 @@ impl<'a> Keeper<'a> {
         let lost = watch.live_cost_pct();
         let measured = lost.is_some();
         // Once a live window's cost is read, no more live than pays back the run so far.
-        let share = self
-            .duty
-            .as_ref()
-            .map_or(1.0, |d| d.live_share(self.duty_after));
-        let paying = match (&self.duty, lost) {
-            (Some(_), Some(lost)) => duty::paying_fraction(
+        let payback = match (&self.duty, lost) {
+            (Some(d), Some(lost)) => Some(d.payback(
+                self.duty_after,
                 lost.max(pct / current.max(duty::MIN_FRACTION)),
-                share,
-                self.started.elapsed(),
                 budget,
-            ),
-            _ => 1.0,
+            )),
+            _ => None,
         };
+        let paying = payback.map_or(1.0, |p| p.fraction);
         let Some(fraction) =
             duty::fraction_priced(pct, current, budget, measured).map(|f| f.min(paying))
         else {
@@ -598,7 +594,7 @@ impl<'a> Keeper<'a> {
              = \"probe\" phases stay probed): their probes are live {:.0}% of each second from \
              now on (calls are counted in those windows only){}",
             fraction * 100.0,
-            paying_phrase(fraction, paying, share)
+            paying_phrase(fraction, payback)
         );
         None
     }
@@ -616,9 +612,9 @@ impl<'a> Keeper<'a> {
         // The figures price it too: the dearer of the two stands.
         let figure = watch.last_pct / d.fraction.max(duty::MIN_FRACTION);
         let cost = lost.max(figure);
-        let share = d.live_share(self.duty_after);
-        let paying = duty::paying_fraction(cost, share, self.started.elapsed(), budget);
-        let Some(fraction) = duty::raised_fraction(cost, d.fraction, budget, paying) else {
+        let payback = d.payback(self.duty_after, cost, budget);
+        let Some(fraction) = duty::raised_fraction(cost, d.fraction, budget, payback.fraction)
+        else {
             return false;
         };
         d.fraction = fraction;
@@ -628,7 +624,7 @@ impl<'a> Keeper<'a> {
              probes are live {:.0}% of each second from now on{}",
             watch.budget_phrase(),
             fraction * 100.0,
-            paying_phrase(fraction, paying, share)
+            paying_phrase(fraction, Some(payback))
         );
         true
     }
@@ -670,16 +666,16 @@ pub struct Finished {
 }
 
 /// " (live S% of the run so far: what fits the whole run over the next 10 s)" when paying
-/// back the run so far set the fraction (`fraction` at `paying`), else nothing.
-fn paying_phrase(fraction: f64, paying: f64, share: f64) -> String {
-    if fraction < paying {
-        return String::new();
+/// back the run so far set the fraction (`fraction` at the payback's), else nothing.
+fn paying_phrase(fraction: f64, payback: Option<duty::Payback>) -> String {
+    match payback {
+        Some(p) if fraction >= p.fraction => format!(
+            " (live {:.0}% of the run so far: what fits the whole run over the next {} s)",
+            p.share * 100.0,
+            duty::PAYBACK.as_secs()
+        ),
+        _ => String::new(),
     }
-    format!(
-        " (live {:.0}% of the run so far: what fits the whole run over the next {} s)",
-        share * 100.0,
-        duty::PAYBACK.as_secs()
-    )
 }
 
 #[cfg(test)]

@@ -152,6 +152,15 @@ pub struct DutyCycle {
     started: Instant,
 }
 
+/// The most a cycle may be live to pay back the run so far ([`DutyCycle::payback`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Payback {
+    /// The live fraction, for the next [`PAYBACK`].
+    pub fraction: f64,
+    /// The share of the run so far the probes were live, which it was figured from.
+    pub share: f64,
+}
+
 /// What the cycle asks for now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Switch {
@@ -200,6 +209,18 @@ impl DutyCycle {
     /// Whether the probes are live now (not in a pause).
     pub fn is_live(&self) -> bool {
         self.live
+    }
+
+    /// What paying back the run so far allows ([`paying_fraction`]) when a live window costs
+    /// `live_pct` under `budget_pct`, the cycle having begun `before` into the run (all of
+    /// it live).
+    pub fn payback(&self, before: Duration, live_pct: f64, budget_pct: f64) -> Payback {
+        let share = self.live_share(before);
+        let run = self.started.elapsed() + before;
+        Payback {
+            fraction: paying_fraction(live_pct, share, run, budget_pct),
+            share,
+        }
     }
 
     /// Share of the time since the cycle began that the probes were live, with the time
