@@ -9,7 +9,8 @@
 # the probe's left over. benches/rocksdb_budget.sh sets its ratio_paused against this.
 #
 # Run as root: benches/rocksdb_window.sh [KEYS] [ROUNDS]     (defaults: 2000000 3)
-# WPROF_BIN=path runs another wprof build.
+# WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to wprof's arguments (e.g.
+# "--cpu-sample 1999": the samples' cost then comes out of the calls they land in).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/setup.sh
@@ -22,7 +23,8 @@ awk '/^\[\[phase\]\]/ { n++ } n < 2' attach-profiles/rocksdb.toml |
 for r in $(seq "$R"); do
   for mode in guarded ret-sites; do
     rm -rf "$tmp/db"
-    "$W" record -q --target "$tmp/root.toml" --return "$mode" --json "$tmp/r.json" -- \
+    # shellcheck disable=SC2086  # WPROF_ARGS is words
+    "$W" record -q --target "$tmp/root.toml" --return "$mode" ${WPROF_ARGS:-} --json "$tmp/r.json" -- \
       /usr/bin/db_bench --benchmarks=fillrandom --num="$N" --statistics=1 \
       --write_buffer_size=4194304 --db="$tmp/db" >"$tmp/out" 2>/dev/null
     python3 - "$tmp/r.json" "$r" "$mode" "$tmp/out" <<'PY'

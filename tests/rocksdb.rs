@@ -122,9 +122,13 @@ fn check_writes(what: &str, untraced: &str, traced: &str, run: &serde_json::Valu
         "{what}: raw mean {raw_mean:.2} µs vs RocksDB's {own_mean:.2} µs (+ {inside:.2} µs of \
          the root's own probes)"
     );
+    // The median moves by the same inside part as every call. RocksDB's own P50 is
+    // interpolated in its histogram's buckets (2 µs wide at 16-20 µs): a CI run on a slow host
+    // read 20.61 µs raw against RocksDB's 17.15, the means 20.2 and 19.2.
     assert!(
-        (raw_p50 - own["P50"]).abs() <= 0.20 * own["P50"],
-        "{what}: raw p50 {raw_p50:.2} µs vs RocksDB's {:.2} µs",
+        (raw_p50 - own["P50"]).abs() <= 0.20 * own["P50"] + inside,
+        "{what}: raw p50 {raw_p50:.2} µs vs RocksDB's {:.2} µs (+ {inside:.2} µs of the root's \
+         own probes)",
         own["P50"]
     );
 }

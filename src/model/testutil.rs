@@ -277,6 +277,7 @@ pub fn sample_run() -> Run {
             calibration: None,
             in_situ: None,
             progress: None,
+            sample_ns: None,
         },
         tree,
         calls: sample_calls(),

@@ -156,6 +156,7 @@ pub(super) fn build_run(
             calibration,
             in_situ: probe_time,
             progress,
+            sample_ns: (sample_ns > 0.0).then_some(sample_ns),
         },
         calls,
         spans,

@@ -131,6 +131,7 @@ pub(super) fn probe_cost(sources: &[SourceRun]) -> ProbeCost {
         // Each host's samples read its own probes: in its source's record.
         in_situ: None,
         progress: None,
+        sample_ns: None,
     }
 }
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# The full `rocksdb` profile (every phase probed, exact counts) against RocksDB's own write
+# mean with no probe live, in the same db_bench run: one long db_bench fillrandom
+# (--stats_dump_period_sec=1: RocksDB writes its cumulative rocksdb.db.write.micros COUNT and
+# SUM to its LOG every second, timestamped), and `wprof attach --pid` to it for LIVE seconds,
+# GAP seconds apart, ROUNDS times; the attaches alternate the calibration alone and
+# `--in-situ`. The LOG's seconds outside every wprof process's lifetime (its calibration
+# included) give RocksDB's own mean with nothing attached (`own_paused`: the gaps before and
+# after the attach); those inside its live span, the same mean with the probes live
+# (`own_live`: what they did to the program, in its own eyes).
+#
+# Printed per attach: wprof's corrected write_impl mean, `own_paused`, their ratio, `own_live`
+# and live/paused. wprof times all of WriteImpl, RocksDB's StopWatch less of it: with the
+# root alone the two read 1.04-1.07x apart in the same run (benches/rocksdb_window.sh), so
+# the ratio is to be read against that, not against 1. RocksDB's dumps carry percentiles
+# only for the whole run so far, so no per-gap p99 can be taken from them: the p99 is left to
+# benches/rocksdb_accuracy.sh's untraced runs.
+#
+# Run as root: benches/rocksdb_full.sh [ROUNDS] [LIVE] [GAP]     (defaults: 6 4 4)
+# WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to every attach's arguments;
+# WPROF_TARGET another profile than the built-in rocksdb (its root must be write_impl).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. benches/setup.sh
+W=${WPROF_BIN:-$W}
+R=${1:-6}; LIVE=${2:-4}; GAP=${3:-4}
+tmp=$(mktemp -d)
+# More keys than the run can write: it is stopped once the last gap is over.
+/usr/bin/db_bench --benchmarks=fillrandom --num=100000000 --statistics=1 \
+  --write_buffer_size=4194304 --stats_dump_period_sec=1 --db="$tmp/db" >"$tmp/bench.out" 2>&1 &
+bench=$!
+trap 'kill "$bench" 2>/dev/null || true; wait "$bench" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+sleep "$GAP"
+for r in $(seq "$R"); do
+  mode=""
+  [ $((r % 2)) -eq 0 ] && mode="--in-situ"
+  t0=$(date +%s.%N)
+  # shellcheck disable=SC2086  # WPROF_ARGS and mode are words
+  "$W" attach -q --target "${WPROF_TARGET:-rocksdb}" --pid "$bench" --duration "${LIVE}s" $mode ${WPROF_ARGS:-} \
+    --json "$tmp/r$r.json" >/dev/null 2>"$tmp/err$r"
+  t1=$(date +%s.%N)
+  echo "$r $t0 $t1 ${mode:-calibrated}" >>"$tmp/spans"
+  sleep "$GAP"
+done
+kill -INT "$bench" 2>/dev/null || true
+wait "$bench" 2>/dev/null || true
+python3 - "$tmp" <<'PY'
+import datetime, json, re, statistics, sys
+tmp = sys.argv[1]
+spans = [l.split() for l in open(f"{tmp}/spans")]
+spans = [(int(r), float(a), float(b), m) for r, a, b, m in spans]
+# RocksDB's cumulative write COUNT and SUM at each statistics dump of its LOG.
+dumps, at = [], None
+for l in open(f"{tmp}/db/LOG"):
+    if "STATISTICS:" in l:
+        at = datetime.datetime.strptime(l.split()[0], "%Y/%m/%d-%H:%M:%S.%f").timestamp()
+    m = re.match(r"rocksdb\.db\.write\.micros .* COUNT : (\d+) SUM : (\d+)", l)
+    if m and at is not None:
+        dumps.append((at, int(m[1]), int(m[2])))
+        at = None
+secs = [(t0, t1, c1 - c0, s1 - s0) for (t0, c0, s0), (t1, c1, s1) in zip(dumps, dumps[1:])]
+def mean(rows):
+    c = sum(r[2] for r in rows)
+    return (sum(r[3] for r in rows) / c if c else float("nan")), len(rows)
+def pace(rows):
+    """Writes a second of the wall clock."""
+    t = sum(r[1] - r[0] for r in rows)
+    return sum(r[2] for r in rows) / t if t else float("nan")
+paused = [s for s in secs if not any(a < s[1] and s[0] < b for _, a, b, _ in spans)]
+ratios = {}
+for i, (r, a, b, mode) in enumerate(spans):
+    run = json.load(open(f"{tmp}/r{r}.json"))
+    root = next(x for x in run["tree"]["roots"] if x["name"] == "write_impl")
+    corr = root["corrected"]["total_ns"] / max(root["count"], 1) / 1e3
+    raw = root["total_ns"] / max(root["count"], 1) / 1e3
+    # The gaps on either side of this attach: from the last attach's end to the next's start.
+    lo = spans[i - 1][2] if i else 0.0
+    hi = spans[i + 1][1] if i + 1 < len(spans) else float("inf")
+    gaps = [s for s in paused if lo <= s[0] and s[1] <= hi]
+    own_p, np = mean(gaps)
+    live_from = b - run["provenance"]["duration_s"]
+    live = [s for s in secs if live_from <= s[0] and s[1] <= b]
+    own_l, nl = mean(live)
+    # The probes' calibrated price a write, and the wall time a write added while live, µs
+    # (db_bench's writer is one busy thread).
+    price = run["probe_cost"]["added_ns"] / max(root["count"], 1) / 1e3
+    added = 1e6 / pace(live) - 1e6 / pace(gaps)
+    ratios.setdefault(mode, []).append(corr / own_p)
+    print(f"attach {r} {mode:<10} calls {root['count']:>7} raw {raw:.2f}us corrected "
+          f"{corr:.2f}us own_paused {own_p:.2f}us ({np} s) corrected/own_paused "
+          f"{corr / own_p:.3f} own_live {own_l:.2f}us ({nl} s) live/paused {own_l / own_p:.2f} "
+          f"pace live/paused {pace(live) / pace(gaps):.3f} ({added:+.2f}us a write, priced {price:.2f}us)")
+for mode, v in ratios.items():
+    print(f"{mode}: corrected/own_paused median {statistics.median(v):.3f} over {len(v)}")
+PY
