@@ -18,31 +18,37 @@
 #
 # Run as root: benches/rocksdb_full.sh [ROUNDS] [LIVE] [GAP]     (defaults: 6 4 4)
 # WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to every attach's arguments;
-# WPROF_TARGET another profile than the built-in rocksdb (its root must be write_impl).
+# WPROF_TARGET another profile than the built-in rocksdb (its root must be write_impl);
+# WPROF_PREFIX runs wprof under a command (e.g. "nice -n 19"); WPROF_KEEP=dir keeps the runs' JSON, the spans and RocksDB's LOG there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . benches/setup.sh
 W=${WPROF_BIN:-$W}
 R=${1:-6}; LIVE=${2:-4}; GAP=${3:-4}
 tmp=$(mktemp -d)
-# More keys than the run can write: it is stopped once the last gap is over.
-/usr/bin/db_bench --benchmarks=fillrandom --num=100000000 --statistics=1 \
+# Random keys out of a million for longer than the attaches take (it is stopped once the last
+# gap is over): the database stops growing, so its compactions hold a steady state (in a
+# fillrandom of 100 M keys its own mean rose from 4 to 13 µs in 70 s).
+/usr/bin/db_bench --benchmarks=fillrandom --num=1000000 --duration=3600 --statistics=1 \
   --write_buffer_size=4194304 --stats_dump_period_sec=1 --db="$tmp/db" >"$tmp/bench.out" 2>&1 &
 bench=$!
-trap 'kill "$bench" 2>/dev/null || true; wait "$bench" 2>/dev/null || true; rm -rf "$tmp"' EXIT
+trap 'kill "$bench" 2>/dev/null || true; wait "$bench" 2>/dev/null || true
+  [ -n "${WPROF_KEEP:-}" ] && cp "$tmp"/r*.json "$tmp"/spans "$tmp"/db/LOG "$WPROF_KEEP"/
+  rm -rf "$tmp"' EXIT
 sleep "$GAP"
 for r in $(seq "$R"); do
   mode=""
   [ $((r % 2)) -eq 0 ] && mode="--in-situ"
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086  # WPROF_ARGS and mode are words
-  "$W" attach -q --target "${WPROF_TARGET:-rocksdb}" --pid "$bench" --duration "${LIVE}s" $mode ${WPROF_ARGS:-} \
+  ${WPROF_PREFIX:-} "$W" attach -q --target "${WPROF_TARGET:-rocksdb}" --pid "$bench" --duration "${LIVE}s" $mode ${WPROF_ARGS:-} \
     --json "$tmp/r$r.json" >/dev/null 2>"$tmp/err$r"
   t1=$(date +%s.%N)
   echo "$r $t0 $t1 ${mode:-calibrated}" >>"$tmp/spans"
   sleep "$GAP"
 done
-kill -INT "$bench" 2>/dev/null || true
+# A background job of a script ignores SIGINT.
+kill -TERM "$bench" 2>/dev/null || true
 wait "$bench" 2>/dev/null || true
 python3 - "$tmp" <<'PY'
 import datetime, json, re, statistics, sys
@@ -83,7 +89,7 @@ for i, (r, a, b, mode) in enumerate(spans):
     own_l, nl = mean(live)
     # The probes' calibrated price a write, and the wall time a write added while live, µs
     # (db_bench's writer is one busy thread).
-    price = run["probe_cost"]["added_ns"] / max(root["count"], 1) / 1e3
+    price = root["corrected"]["probe_ns"] / max(root["count"], 1) / 1e3
     added = 1e6 / pace(live) - 1e6 / pace(gaps)
     ratios.setdefault(mode, []).append(corr / own_p)
     print(f"attach {r} {mode:<10} calls {root['count']:>7} raw {raw:.2f}us corrected "

@@ -88,15 +88,6 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
         "{stdout}"
     );
     let runj = read_json(&out_dir.join("run.json"));
-    // A sampler with no budget is measured too: its samples come out of the calls they hit.
-    let sample_ns = runj["probe_cost"]["sample_ns"]
-        .as_f64()
-        .unwrap_or_else(|| panic!("no probe_cost.sample_ns: {}", runj["probe_cost"]));
-    // 1-2 µs on bare metal, 12-40 µs on these VMs.
-    assert!(
-        (200.0..200_000.0).contains(&sample_ns),
-        "a sample costs {sample_ns} ns"
-    );
 
     // The syscall phase nests inside the user phase that makes it, once per call.
     let sync = node(&runj, &["write_record", "wal_sync", "fdatasync"]);

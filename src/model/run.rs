@@ -246,9 +246,9 @@ pub struct ProbeCost {
     /// cycle of `--max-overhead`; None: no duty cycle, or too little to say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub progress: Option<ProgressCheck>,
-    /// What one CPU sample cost the code it interrupted, ns, measured before attaching: every
-    /// corrected node lost it once for each sample taken while it was open. None: no CPU
-    /// sampler, or not measured (`--no-calibrate`, the measurement failed or found nothing).
+    /// What one CPU sample cost the code it interrupted, ns, measured before attaching when a
+    /// sampler runs under `--max-overhead`: every corrected node lost it once for each sample
+    /// taken while it was open. None: not measured (no sampler, no budget, or it failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_ns: Option<f64>,
 }

@@ -30,49 +30,25 @@ pub(super) struct SamplerPlan {
 }
 
 /// The rate and cost of the run's sampler: measured and fitted to the budget when the run
-/// has both a sampler and `--max-overhead`; measured only, at the planned rate, when it has
-/// a sampler and calibrates (the calls the samples land in lose what they cost: ~0.1 µs a
-/// write on db_bench at 874 Hz); as planned otherwise.
+/// has both a sampler and `--max-overhead`, as planned otherwise.
 pub(super) fn plan(tracer: &mut Tracer, c: &TraceConfig) -> SamplerPlan {
     let planned = SamplerPlan {
         hz: c.cpu_sample_hz,
         pct: 0.0,
         sample_ns: 0.0,
     };
-    let Some(hz) = c.cpu_sample_hz else {
+    let (Some(hz), Some(budget)) = (c.cpu_sample_hz, c.max_overhead) else {
         return planned;
     };
-    if c.max_overhead.is_none() && !c.calibrate {
-        return planned;
-    }
     let sample_ns = match tracer.sample_cost_ns() {
         Ok(ns) => ns,
         Err(e) => {
             eprintln!(
-                "wprof: warning: could not measure what a CPU sample costs ({e:#}); {}",
-                if c.max_overhead.is_some() {
-                    "--max-overhead does not count the sampler"
-                } else {
-                    "the calls the samples land in keep it"
-                }
+                "wprof: warning: could not measure what a CPU sample costs ({e:#}); \
+                 --max-overhead does not count the sampler"
             );
             return planned;
         }
-    };
-    let Some(budget) = c.max_overhead else {
-        let pct = share_pct(hz, sample_ns);
-        if !c.quiet {
-            eprintln!(
-                "wprof: CPU sampling at {hz} Hz: a sample costs {:.1} µs here ({pct:.2}% of a \
-                 busy CPU), taken out of the calls it lands in",
-                sample_ns / 1e3
-            );
-        }
-        return SamplerPlan {
-            hz: Some(hz),
-            pct,
-            sample_ns,
-        };
     };
     let (hz, pct) = if c.cpu_sample_fixed {
         (hz, share_pct(hz, sample_ns))
