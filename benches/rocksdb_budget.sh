@@ -51,7 +51,9 @@ for r in $(seq $R); do
   cp "$tmp/db.LOG" "$tmp/traced.LOG"
   a=$(bench env | ops)
   python3 - "$tmp/r.json" "$b" "$t" "$a" "$o" "$tmp/pace" "$tmp/traced.LOG" <<'PY'
-import datetime,json,re,sys
+import json,sys
+sys.path.insert(0,"benches")
+from rocksdb_log import write_dumps
 run=json.load(open(sys.argv[1])); b,t,a,o=map(float,sys.argv[2:6])
 # The run's write rate against its own paused windows' (and the live ones').
 rows=[tuple(map(float,l.split())) for l in open(sys.argv[6]) if len(l.split())==2]
@@ -66,13 +68,7 @@ run_rate=(rate[True][0]+rate[False][0])/max(rate[True][1]+rate[False][1],1e-9)
 # The first live window runs from the attach to the cycle's first pause.
 pace_line=f"run/paused {run_rate/per(False):.3f} live/paused {per(True)/per(False):.3f} first_live {wins[0][1]-wins[0][0]:.2f}s" if wins else "run/paused - (no duty cycle)"
 # RocksDB's own cumulative write COUNT and SUM at each of its LOG's statistics dumps.
-dumps,at=[],None
-for l in open(sys.argv[7]):
-    if "STATISTICS:" in l:
-        at=datetime.datetime.strptime(l.split()[0],"%Y/%m/%d-%H:%M:%S.%f").timestamp()
-    m=re.match(r"rocksdb\.db\.write\.micros .* COUNT : (\d+) SUM : (\d+)",l)
-    if m and at is not None:
-        dumps.append((at,int(m[1]),int(m[2]))); at=None
+dumps=write_dumps(sys.argv[7])
 calm=[(c1-c0,s1-s0) for (t0,c0,s0),(t1,c1,s1) in zip(dumps,dumps[1:])
       if wins and t0>=wins[0][1] and not any(x<t1 and t0<y for x,y in wins)]
 pc,ps=sum(c for c,_ in calm),sum(s for _,s in calm)

@@ -51,19 +51,13 @@ done
 kill -TERM "$bench" 2>/dev/null || true
 wait "$bench" 2>/dev/null || true
 python3 - "$tmp" <<'PY'
-import datetime, json, re, statistics, sys
+import json, statistics, sys
+sys.path.insert(0, "benches")
+from rocksdb_log import write_dumps
 tmp = sys.argv[1]
 spans = [l.split() for l in open(f"{tmp}/spans")]
 spans = [(int(r), float(a), float(b), m) for r, a, b, m in spans]
-# RocksDB's cumulative write COUNT and SUM at each statistics dump of its LOG.
-dumps, at = [], None
-for l in open(f"{tmp}/db/LOG"):
-    if "STATISTICS:" in l:
-        at = datetime.datetime.strptime(l.split()[0], "%Y/%m/%d-%H:%M:%S.%f").timestamp()
-    m = re.match(r"rocksdb\.db\.write\.micros .* COUNT : (\d+) SUM : (\d+)", l)
-    if m and at is not None:
-        dumps.append((at, int(m[1]), int(m[2])))
-        at = None
+dumps = write_dumps(f"{tmp}/db/LOG")
 secs = [(t0, t1, c1 - c0, s1 - s0) for (t0, c0, s0), (t1, c1, s1) in zip(dumps, dumps[1:])]
 def mean(rows):
     c = sum(r[2] for r in rows)
