@@ -12,7 +12,8 @@
 # Printed per attach: wprof's corrected write_impl mean, `own_paused`, their ratio, `own_live`
 # and live/paused. wprof times all of WriteImpl, RocksDB's StopWatch less of it: with the
 # root alone the two read 1.04-1.07x apart in the same run (benches/rocksdb_window.sh), so
-# the ratio is to be read against that, not against 1. RocksDB's dumps carry percentiles
+# the ratio is to be read against that, not against 1. With WPROF_ARGS=--off-cpu it also
+# prints the write's off-CPU time and the ratio without it. RocksDB's dumps carry percentiles
 # only for the whole run so far, so no per-gap p99 can be taken from them: the p99 is left to
 # benches/rocksdb_accuracy.sh's untraced runs.
 #
@@ -86,10 +87,16 @@ for i, (r, a, b, mode) in enumerate(spans):
     price = root["corrected"]["probe_ns"] / max(root["count"], 1) / 1e3
     added = 1e6 / pace(live) - 1e6 / pace(gaps)
     ratios.setdefault(mode, []).append(corr / own_p)
+    # With --off-cpu: the corrected mean less the time the write spent off the CPU (on
+    # db_bench all of it preemption), against the same reference.
+    off = root.get("off_cpu_ns")
+    on_cpu = "" if off is None else (
+        f" off_cpu {off / root['count'] / 1e3:.2f}us (corrected-off)/own_paused "
+        f"{(corr - off / root['count'] / 1e3) / own_p:.3f}")
     print(f"attach {r} {mode:<10} calls {root['count']:>7} raw {raw:.2f}us corrected "
           f"{corr:.2f}us own_paused {own_p:.2f}us ({np} s) corrected/own_paused "
           f"{corr / own_p:.3f} own_live {own_l:.2f}us ({nl} s) live/paused {own_l / own_p:.2f} "
-          f"pace live/paused {pace(live) / pace(gaps):.3f} ({added:+.2f}us a write, priced {price:.2f}us)")
+          f"pace live/paused {pace(live) / pace(gaps):.3f} ({added:+.2f}us a write, priced {price:.2f}us){on_cpu}")
 for mode, v in ratios.items():
     print(f"{mode}: corrected/own_paused median {statistics.median(v):.3f} over {len(v)}")
 PY
