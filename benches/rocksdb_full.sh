@@ -13,7 +13,8 @@
 # and live/paused. wprof times all of WriteImpl, RocksDB's StopWatch less of it: with the
 # root alone the two read 1.04-1.07x apart in the same run (benches/rocksdb_window.sh), so
 # the ratio is to be read against that, not against 1. With WPROF_ARGS=--off-cpu it also
-# prints the write's off-CPU time and the ratio without it. RocksDB's dumps carry percentiles
+# prints the write's off-CPU and preempted time (JSON preempted_ns) and the ratio without
+# the preempted time. RocksDB's dumps carry percentiles
 # only for the whole run so far, so no per-gap p99 can be taken from them: the p99 is left to
 # benches/rocksdb_accuracy.sh's untraced runs.
 #
@@ -87,12 +88,13 @@ for i, (r, a, b, mode) in enumerate(spans):
     price = root["corrected"]["probe_ns"] / max(root["count"], 1) / 1e3
     added = 1e6 / pace(live) - 1e6 / pace(gaps)
     ratios.setdefault(mode, []).append(corr / own_p)
-    # With --off-cpu: the corrected mean less the time the write spent off the CPU (on
-    # db_bench all of it preemption), against the same reference.
-    off = root.get("off_cpu_ns")
+    # With --off-cpu: the write's time off the CPU and preempted (runnable), and the
+    # corrected mean less the preempted time, against the same reference.
+    off, pre = root.get("off_cpu_ns"), root.get("preempted_ns")
     on_cpu = "" if off is None else (
-        f" off_cpu {off / root['count'] / 1e3:.2f}us (corrected-off)/own_paused "
-        f"{(corr - off / root['count'] / 1e3) / own_p:.3f}")
+        f" off_cpu {off / root['count'] / 1e3:.2f}us preempted "
+        f"{(pre or 0) / root['count'] / 1e3:.2f}us (corrected-preempted)/own_paused "
+        f"{(corr - (pre or 0) / root['count'] / 1e3) / own_p:.3f}")
     print(f"attach {r} {mode:<10} calls {root['count']:>7} raw {raw:.2f}us corrected "
           f"{corr:.2f}us own_paused {own_p:.2f}us ({np} s) corrected/own_paused "
           f"{corr / own_p:.3f} own_live {own_l:.2f}us ({nl} s) live/paused {own_l / own_p:.2f} "

@@ -105,6 +105,15 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
         "spinning flush_block off-CPU {flush_off:.3}"
     );
     let wal_off = share_off(&["write_record", "wal_sync"]);
+    // A sleep is a wait, not a preemption: little of wal_sync's off-CPU time was spent
+    // runnable (one thread on two CPUs), and none of any node's is more than its off-CPU.
+    let wal = node(&runj, &["write_record", "wal_sync"]);
+    assert!(
+        u(wal, "preempted_ns") * 10 <= u(wal, "off_cpu_ns"),
+        "sleeping wal_sync preempted {} of {} ns off the CPU",
+        u(wal, "preempted_ns"),
+        u(wal, "off_cpu_ns")
+    );
     // Mostly asleep; its probe hits and the fdatasync's own CPU time are on-CPU (0.893 seen
     // once in a CI run on a busy host, 0.9+ usually), a spinning phase is under 0.10.
     assert!(
@@ -188,6 +197,52 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
         wprof_program_ids().is_empty(),
         "left behind: {:?}",
         wprof_leftovers(&[])
+    );
+}
+
+/// Four threads spinning on two CPUs: whatever time a write spends off the CPU it spends
+/// runnable, waiting for one, and the tree says so (`preempted_ns`, the footer's line).
+#[test]
+fn spinning_threads_on_too_few_cpus_are_off_the_cpu_preempted() {
+    if !bpf_available() {
+        return;
+    }
+    let _lock = bpf_lock();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (2 * cpus).to_string();
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let out = run(wprof()
+        .args(["record", "--target", "fixture", "--off-cpu", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(["--iterations", "300", "--threads", &threads]));
+    assert!(out.status.success(), "{}", text(&out));
+    let runj = read_json(&json);
+    for path in [
+        &["write_record"][..],
+        &["write_record", "persist_block", "flush_block"],
+    ] {
+        let n = node(&runj, path);
+        let (off, preempted) = (u(n, "off_cpu_ns"), u(n, "preempted_ns"));
+        // Twice as many spinning threads as CPUs: each is off about half the time.
+        assert!(
+            off * 5 >= u(n, "total_ns"),
+            "{path:?}: only {off} of {} ns off the CPU",
+            u(n, "total_ns")
+        );
+        assert!(
+            preempted * 10 >= off * 9 && preempted <= off,
+            "{path:?}: {preempted} of {off} ns off the CPU preempted"
+        );
+    }
+    assert!(
+        text(&out).contains(
+            "preempted (runnable, waiting for a CPU; in the corrected times): write_record"
+        ),
+        "{}",
+        text(&out)
     );
 }
 

@@ -17,6 +17,7 @@ mod calls;
 pub mod insitu;
 pub mod insitu_cuts;
 pub mod merge;
+pub mod preempted;
 pub mod sampled;
 pub mod split;
 pub mod stacks;

@@ -81,6 +81,11 @@ pub struct TreeNode {
     /// Time the thread was off the CPU during completed calls, children included, ns (only
     /// when the run tracked it: `--off-cpu`).
     pub off_cpu_ns: Option<u64>,
+    /// The part of `off_cpu_ns` the thread spent preempted: runnable, waiting for a CPU (its
+    /// off-CPU records' kernel stacks left through a return to user mode, an interrupt's exit
+    /// or a reschedule point, not through a wait). Only with `--off-cpu`; a record without a
+    /// kernel stack counts as a wait.
+    pub preempted_ns: Option<u64>,
     /// The same calls with the probes' time taken out (runs with known probe costs).
     pub corrected: Option<Corrected>,
     /// A sampled phase (`measure = "sample"`): what the CPU samples found. Its `count` is 0
@@ -121,6 +126,7 @@ impl TreeNode {
             abandoned: 0,
             open: 0,
             off_cpu_ns: None,
+            preempted_ns: None,
             corrected: None,
             sampled: None,
             children: Vec::new(),

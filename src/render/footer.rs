@@ -235,6 +235,7 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
             format_ns(off.total() as f64),
             off.lost
         ));
+        write_preempted(run, out);
     }
 
     write_units(run, out);
@@ -309,6 +310,33 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
         out.push_str(&format!(
             "flagged (probe share > {limit:.0}%, {why}): {}\n",
             list.join(", ")
+        ));
+    }
+}
+
+/// "preempted: ROOT X a call of its Y off the CPU …" for the roots that were: the part of
+/// their off-CPU time their threads were runnable, waiting for a CPU.
+fn write_preempted(run: &Run, out: &mut String) {
+    let roots: Vec<String> = (run.tree.roots.iter())
+        .filter_map(|r| {
+            let (p, off) = (r.preempted_ns?, r.off_cpu_ns?);
+            (p > 0 && r.count > 0).then(|| {
+                let per = |ns: u64| format_ns(ns as f64 / r.count as f64);
+                format!(
+                    "{} {} a call of its {} off the CPU",
+                    r.label(),
+                    per(p),
+                    per(off)
+                )
+            })
+        })
+        .collect();
+    if !roots.is_empty() {
+        out.push_str(&format!(
+            "preempted (runnable, waiting for a CPU; in the corrected times): {}. On a host \
+             with no spare CPU a probe's trap and wprof's reader add to it (docs: user guide, \
+             Probe cost)\n",
+            roots.join(", ")
         ));
     }
 }

@@ -88,6 +88,7 @@ pub(super) fn align_off_cpu(inputs: &mut [Input], warnings: &mut Vec<String>) {
     }
     fn forget(n: &mut crate::model::TreeNode) {
         n.off_cpu_ns = None;
+        n.preempted_ns = None;
         n.children.iter_mut().for_each(forget);
     }
     let runs = inputs.len();

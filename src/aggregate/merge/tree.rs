@@ -120,6 +120,7 @@ fn merge_node(
         abandoned,
         open,
         off_cpu_ns,
+        preempted_ns,
         corrected,
         sampled,
         children,
@@ -151,6 +152,10 @@ fn merge_node(
         (x, y) => x.or(y),
     };
     a.off_cpu_ns = match (a.off_cpu_ns, off_cpu_ns) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, y) => x.or(y),
+    };
+    a.preempted_ns = match (a.preempted_ns, preempted_ns) {
         (Some(x), Some(y)) => Some(x + y),
         (x, y) => x.or(y),
     };

@@ -59,6 +59,8 @@ pub(super) struct NodeJ {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     off_cpu_ns: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    preempted_ns: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     units: Option<Units>,
     histogram: HistJ,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -162,6 +164,7 @@ impl From<&TreeNode> for NodeJ {
             abandoned: n.abandoned,
             open: n.open,
             off_cpu_ns: n.off_cpu_ns,
+            preempted_ns: n.preempted_ns,
             units: n.units.clone(),
             histogram: HistJ::of(h),
             corrected: n.corrected.as_ref().map(|c| CorrectedJ {
@@ -225,6 +228,7 @@ impl NodeJ {
             abandoned: self.abandoned,
             open: self.open,
             off_cpu_ns: self.off_cpu_ns,
+            preempted_ns: self.preempted_ns,
             corrected,
             sampled: self.sampled.map(|s| SampledShare {
                 samples: s.samples,
