@@ -118,18 +118,9 @@ mod tests {
         // Spins until this thread has had `ms` of CPU time, not of wall time: on a loaded host
         // (a CI run next to it) 60 ms of wall time gave it less than 40 ms of CPU.
         let spin = |ms: u64| {
-            let cpu_ns = || {
-                let mut ts = libc::timespec {
-                    tv_sec: 0,
-                    tv_nsec: 0,
-                };
-                // SAFETY: a valid clock id and a timespec to fill.
-                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-                ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-            };
-            let end = cpu_ns() + ms * 1_000_000;
+            let end = crate::session::this_thread_cpu_ns() + ms * 1_000_000;
             let mut x = 0u64;
-            while cpu_ns() < end {
+            while crate::session::this_thread_cpu_ns() < end {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
         };

@@ -327,17 +327,6 @@ mod tests {
         [(std::process::id() as u64) << 32 | tid].into()
     }
 
-    /// This thread's CPU time so far, from its own clock (not /proc, which `Progress` reads).
-    fn thread_cpu_ns() -> u64 {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: a valid clock id and a timespec to fill.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-    }
-
     /// Writes to /dev/null, spinning `spin` iterations between writes, for `ms` of this
     /// thread's CPU time (on a loaded host 120 ms of wall time can leave too little CPU for
     /// a reading); returns the writes made and the CPU time they took.
@@ -347,18 +336,18 @@ mod tests {
             .write(true)
             .open("/dev/null")
             .expect("/dev/null");
-        let cpu_before = thread_cpu_ns();
+        let cpu_before = crate::session::this_thread_cpu_ns();
         let end = cpu_before + ms * 1_000_000;
         let mut x = 1u64;
         let mut writes = 0;
-        while thread_cpu_ns() < end {
+        while crate::session::this_thread_cpu_ns() < end {
             for _ in 0..spin {
                 x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
             }
             null.write_all(&x.to_le_bytes()).expect("write");
             writes += 1;
         }
-        (writes, thread_cpu_ns() - cpu_before)
+        (writes, crate::session::this_thread_cpu_ns() - cpu_before)
     }
 
     #[test]

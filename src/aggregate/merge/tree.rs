@@ -151,14 +151,8 @@ fn merge_node(
         }
         (x, y) => x.or(y),
     };
-    a.off_cpu_ns = match (a.off_cpu_ns, off_cpu_ns) {
-        (Some(x), Some(y)) => Some(x + y),
-        (x, y) => x.or(y),
-    };
-    a.preempted_ns = match (a.preempted_ns, preempted_ns) {
-        (Some(x), Some(y)) => Some(x + y),
-        (x, y) => x.or(y),
-    };
+    a.off_cpu_ns = add_known(a.off_cpu_ns, off_cpu_ns);
+    a.preempted_ns = add_known(a.preempted_ns, preempted_ns);
     a.corrected = match (a.corrected.take(), corrected) {
         (Some(x), Some(y)) => Some(add_corrected(x, y, &here)?),
         (None, None) => None,
@@ -196,6 +190,15 @@ fn merge_sampling(a: &mut TreeNode, b: Option<SampledShare>, here: &str, notes: 
         }
     }
     a.sampled = Some(pooled);
+}
+
+/// The sum of two runs' figures of a kind, or the one that has it (a run that did not
+/// track it, e.g. off-CPU time, has None).
+fn add_known(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x + y),
+        (x, y) => x.or(y),
+    }
 }
 
 /// The corrected figures of one node in two runs, added: each run's were corrected with its
