@@ -226,9 +226,13 @@ fn spinning_threads_on_too_few_cpus_are_off_the_cpu_preempted() {
     ] {
         let n = node(&runj, path);
         let (off, preempted) = (u(n, "off_cpu_ns"), u(n, "preempted_ns"));
-        // Twice as many spinning threads as CPUs: each is off about half the time.
+        // Twice as many spinning threads as CPUs: each is off about half the time (0.48-0.54
+        // of the root's time in 8 runs here). The fixture's phases spin to a deadline, so a
+        // preemption inside one shortens its spin, and a short child's share varies with where
+        // the preemptions land (flush_block 0.09-0.25 here): it must only have some.
+        let least = if path.len() == 1 { 5 } else { 1000 };
         assert!(
-            off * 5 >= u(n, "total_ns"),
+            off * least >= u(n, "total_ns"),
             "{path:?}: only {off} of {} ns off the CPU",
             u(n, "total_ns")
         );
