@@ -154,6 +154,7 @@ mod tests {
             probe_ns: count * probe,
             probe_hits: hits,
             error_ns: 0,
+            preempted_ns: 0,
             hist,
         });
         n

@@ -60,6 +60,7 @@ impl Builder<'_> {
             t.hist = s.hist;
             if self.off_cpu {
                 t.off_cpu_ns = Some(s.off_ns);
+                t.preempted_ns = Some(s.preempted_ns.min(s.off_ns));
             }
             t.corrected = s.corrected.map(|c| Corrected {
                 total_ns: c.total_ns,
@@ -67,6 +68,7 @@ impl Builder<'_> {
                 probe_ns: c.probe_ns,
                 probe_hits: c.probe_hits,
                 error_ns: 0,
+                preempted_ns: c.preempted_ns,
                 hist: c.hist,
             });
             if let Some(Some(u)) = self.units.get(phase as usize) {

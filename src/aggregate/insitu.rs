@@ -124,9 +124,9 @@ impl LightEpochs {
 
     /// Takes a span that began in a light epoch at or above its cut out of the tree (a call
     /// at the cut whose phase is clean there is kept as a light call, its phase's probe share
-    /// inside its own window, `own_ns`, taken out); false for any other span, which goes to
-    /// the tree.
-    pub fn take(&mut self, ev: &Event, own_ns: u64) -> bool {
+    /// inside its own window, `own_ns`, and its probes' share of its preemptions, `theirs`,
+    /// taken out); false for any other span, which goes to the tree.
+    pub fn take(&mut self, ev: &Event, own_ns: u64, theirs: u64) -> bool {
         let Some(w) = self.window_of(ev.start_ns) else {
             return false;
         };
@@ -134,7 +134,13 @@ impl LightEpochs {
             return false;
         }
         if ev.depth == w.depth && w.clean.contains(&ev.phase) {
-            let d = ev.dur_ns.saturating_sub(own_ns).max(1);
+            // Its own probes' share of its preemptions goes too, as in the tree
+            // (`NodeStats::add`): the check then compares like with like.
+            let d = ev
+                .dur_ns
+                .saturating_sub(own_ns)
+                .saturating_sub(theirs)
+                .max(1);
             let c = self.clean.entry(ev.node).or_insert_with(LightCalls::new);
             c.count += 1;
             c.total_ns += d;
@@ -217,8 +223,13 @@ pub fn check(
             .iter()
             .map(|r| r.corrected.as_ref().map_or(0, |c| c.probe_ns))
             .sum();
+        // The probes' share of the preemptions is out of both means (`preempted`).
+        let preempted: u64 = nodes
+            .iter()
+            .map(|r| r.corrected.as_ref().map_or(0, |c| c.preempted_ns))
+            .sum();
         let n = full_calls as f64;
-        let full_mean = raw as f64 / n - own;
+        let full_mean = raw.saturating_sub(preempted) as f64 / n - own;
         let calibrated = (removed as f64 / n - own).max(0.0);
         let light_mean = l.total_ns as f64 / l.count as f64;
         let in_situ = full_mean - light_mean;
@@ -425,11 +436,12 @@ fn scale(n: &mut TreeNode, factor: f64, excess: f64, own_ns: &[u64]) {
     }
     let own_part = own.saturating_mul(count).min(c.probe_ns);
     let desc = (c.probe_ns - own_part) as f64;
+    let on_cpu = raw.saturating_sub(c.preempted_ns);
     let probe = (own_part as f64 + desc * factor + count as f64 * excess)
         .round()
-        .clamp(0.0, raw as f64) as u64;
+        .clamp(0.0, on_cpu as f64) as u64;
     c.probe_ns = probe;
-    c.total_ns = raw - probe;
+    c.total_ns = on_cpu - probe;
     c.self_ns = c.total_ns.saturating_sub(kids);
 }
 
@@ -464,20 +476,29 @@ mod tests {
         l.end(200);
         l.begin(300, &cut(0, &[0]));
         l.end(400);
-        assert!(!l.take(&span(0, 10, 0, 50, 9), 0), "before any epoch");
-        assert!(l.take(&span(0, 10, 0, 150, 9), 0), "a root above the cut");
-        assert!(l.take(&span(1, 11, 1, 160, 9), 2), "clean at the cut");
-        assert!(l.take(&span(2, 12, 1, 170, 9), 0), "at the cut, not clean");
-        assert!(!l.take(&span(3, 13, 2, 180, 9), 0), "below the cut: tree");
-        assert!(!l.take(&span(0, 10, 0, 250, 9), 0), "between epochs");
-        assert!(l.take(&span(0, 10, 0, 350, 9), 1), "clean root");
-        assert!(!l.take(&span(0, 10, 0, 400, 9), 1), "the end is not in");
+        assert!(!l.take(&span(0, 10, 0, 50, 9), 0, 0), "before any epoch");
+        assert!(
+            l.take(&span(0, 10, 0, 150, 9), 0, 0),
+            "a root above the cut"
+        );
+        assert!(l.take(&span(1, 11, 1, 160, 9), 2, 0), "clean at the cut");
+        assert!(
+            l.take(&span(2, 12, 1, 170, 9), 0, 0),
+            "at the cut, not clean"
+        );
+        assert!(
+            !l.take(&span(3, 13, 2, 180, 9), 0, 0),
+            "below the cut: tree"
+        );
+        assert!(!l.take(&span(0, 10, 0, 250, 9), 0, 0), "between epochs");
+        assert!(l.take(&span(0, 10, 0, 350, 9), 1, 0), "clean root");
+        assert!(!l.take(&span(0, 10, 0, 400, 9), 1, 0), "the end is not in");
         assert_eq!(l.epochs(), 2);
         // A transition keeps every call out, clean at no depth.
         l.begin_transition(500);
-        assert!(l.take(&span(3, 13, 5, 510, 9), 0), "any depth");
+        assert!(l.take(&span(3, 13, 5, 510, 9), 0, 0), "any depth");
         l.end(600);
-        assert!(!l.take(&span(3, 13, 5, 610, 9), 0));
+        assert!(!l.take(&span(3, 13, 5, 610, 9), 0, 0));
         let paths = l.into_paths(|node| match node {
             10 => Some(vec![0]),
             11 => Some(vec![0, 1]),
@@ -515,6 +536,7 @@ mod tests {
             probe_ns: count * removed,
             probe_hits: count * 2,
             error_ns: 0,
+            preempted_ns: 0,
             hist: chist,
         });
         n

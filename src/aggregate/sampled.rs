@@ -11,8 +11,7 @@ use std::collections::HashMap;
 
 use crate::model::{PhaseTree, SampledShare, TreeNode};
 
-/// CPU samples counted against probed paths and the sampled phases below them, and the
-/// off-CPU records' preempted time against theirs.
+/// CPU samples counted against probed paths and the sampled phases below them.
 #[derive(Debug, Default, Clone)]
 pub struct SampledCounts {
     /// Per probed path (node labels from the root): samples taken while it was open.
@@ -22,8 +21,6 @@ pub struct SampledCounts {
     /// Per node path (labels from the root): every CPU sample taken while it was open, the
     /// ones in uprobe handling too: each made the call it interrupted that much longer.
     pub interrupted: HashMap<Vec<String>, u64>,
-    /// Per node path: off-CPU ns its calls spent preempted (`aggregate::preempted`).
-    pub preempted: HashMap<Vec<String>, u64>,
 }
 
 impl SampledCounts {
@@ -62,11 +59,6 @@ impl SampledCounts {
     /// Counts `weight` samples taken with `path` open against it and each of its ancestors.
     pub fn interrupt(&mut self, path: &[String], weight: u64) {
         count_prefixes(&mut self.interrupted, path, weight);
-    }
-
-    /// Counts `ns` of preempted off-CPU time with `path` open against it and its ancestors.
-    pub fn preempt(&mut self, path: &[String], ns: u64) {
-        count_prefixes(&mut self.preempted, path, ns);
     }
 
     /// Whether no sample fell in a sampled phase.
@@ -139,6 +131,7 @@ pub fn graft(tree: &mut PhaseTree, counts: &SampledCounts, phase_of: PhaseOf<'_>
                 probe_ns: 0,
                 probe_hits: 0,
                 error_ns: 0,
+                preempted_ns: 0,
                 hist: crate::model::new_histogram(),
             });
         }

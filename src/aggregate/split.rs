@@ -20,7 +20,8 @@ use crate::model::SplitTrees;
 /// The spans of one thread's current root call.
 #[derive(Default)]
 struct Held {
-    spans: Vec<Event>,
+    /// Each span with the part of its preempted time the probes caused.
+    spans: Vec<(Event, u64)>,
     /// Spans beyond the cap: the root call will be left out.
     dropped: u64,
 }
@@ -55,13 +56,14 @@ impl Splitter {
     }
 
     /// Adds a span; `own` is each phase's probe time inside its own window when the run
-    /// corrects (as for the merged tree, so both halves carry corrected figures too).
-    pub(super) fn span(&mut self, ev: &Event, own: Option<&[u64]>) {
+    /// corrects (as for the merged tree, so both halves carry corrected figures too), `theirs`
+    /// the probes' part of its preempted time.
+    pub(super) fn span(&mut self, ev: &Event, own: Option<&[u64]>, theirs: u64) {
         let key = ev.stack_key();
         let held = self.held.entry(key).or_default();
         if ev.depth != 0 {
             if held.spans.len() < self.max_held {
-                held.spans.push(*ev);
+                held.spans.push((*ev, theirs));
             } else {
                 held.dropped += 1;
             }
@@ -69,7 +71,7 @@ impl Splitter {
         }
         let mut spans = std::mem::take(&mut held.spans);
         let dropped = std::mem::take(&mut held.dropped);
-        spans.push(*ev);
+        spans.push((*ev, theirs));
         // A call inside this root call started after it and ended before it.
         let (start, end) = (ev.start_ns, ev.start_ns.saturating_add(ev.dur_ns));
         let inside = |s: &Event| s.start_ns >= start && s.start_ns.saturating_add(s.dur_ns) <= end;
@@ -77,18 +79,20 @@ impl Splitter {
             self.oversized += 1;
             self.unattributed += spans.len() as u64 + dropped;
         } else {
-            let with = spans.iter().any(|s| s.phase == self.phase && inside(s));
+            let with = spans
+                .iter()
+                .any(|(s, _)| s.phase == self.phase && inside(s));
             let (stats, added) = if with {
                 (&mut self.with, &mut self.with_spans)
             } else {
                 (&mut self.without, &mut self.without_spans)
             };
-            for s in &spans {
+            for (s, theirs) in &spans {
                 if !inside(s) {
                     self.unattributed += 1;
                     continue;
                 }
-                stats.entry(s.node).or_default().add(s, own);
+                stats.entry(s.node).or_default().add(s, own, *theirs);
                 *added += 1;
             }
         }

@@ -31,6 +31,11 @@ pub(super) struct NodeStats {
     pub(super) total_ns: u64,
     pub(super) self_ns: u64,
     pub(super) off_ns: u64,
+    /// The part of `off_ns` the threads left the CPU runnable (preempted).
+    pub(super) preempted_ns: u64,
+    /// Calls that never left the CPU, and their time: what a call of the node usually runs.
+    pub(super) on_cpu_calls: u64,
+    pub(super) on_cpu_ns: u64,
     /// Sum of the captured argument (or return value) over the calls.
     pub(super) arg_sum: u64,
     pub(super) hist: LatencyHistogram,
@@ -44,6 +49,8 @@ pub(super) struct CorrectedStats {
     pub(super) total_ns: u64,
     /// Probe time removed, ns.
     pub(super) probe_ns: u64,
+    /// The probes' share of the preempted time, also removed, ns.
+    pub(super) preempted_ns: u64,
     /// Probe hits inside the calls' windows (their own entry and return, and every
     /// descendant's).
     pub(super) probe_hits: u64,
@@ -55,6 +62,7 @@ impl CorrectedStats {
         CorrectedStats {
             total_ns: 0,
             probe_ns: 0,
+            preempted_ns: 0,
             probe_hits: 0,
             hist: new_histogram(),
         }
@@ -68,6 +76,9 @@ impl Default for NodeStats {
             total_ns: 0,
             self_ns: 0,
             off_ns: 0,
+            preempted_ns: 0,
+            on_cpu_calls: 0,
+            on_cpu_ns: 0,
             arg_sum: 0,
             hist: new_histogram(),
             corrected: None,
@@ -77,24 +88,42 @@ impl Default for NodeStats {
 
 impl NodeStats {
     /// Adds one completed call; `own_ns[phase id]` is the part of each phase's own probe cost
-    /// that falls inside its window, None when the run does not correct. In-kernel aggregation does the
-    /// same arithmetic in BPF (probes/ebpf `aggregate_call`): keep the two in step.
+    /// that falls inside its window, None when the run does not correct; `theirs` the part of
+    /// its preempted time that is the probes' doing ([`super::preempted::Carry`]), taken out
+    /// with them. In-kernel aggregation does the same arithmetic in BPF (probes/ebpf
+    /// `aggregate_call`, without the preempted part): keep the two in step.
     #[inline]
-    pub(super) fn add(&mut self, ev: &Event, own_ns: Option<&[u64]>) {
+    pub(super) fn add(&mut self, ev: &Event, own_ns: Option<&[u64]>, theirs: u64) {
         self.count += 1;
         self.total_ns += ev.dur_ns;
         self.self_ns += ev.dur_ns.saturating_sub(ev.child_ns);
         self.off_ns += ev.off_ns;
+        self.preempted_ns += ev.preempted_ns;
+        if ev.off_ns == 0 {
+            self.on_cpu_calls += 1;
+            self.on_cpu_ns += ev.dur_ns;
+        }
         self.arg_sum = self.arg_sum.saturating_add(ev.arg);
         self.hist.saturating_record(ev.dur_ns.max(1));
         if let Some(own) = own_ns.map(|o| o.get(ev.phase as usize).copied().unwrap_or(0)) {
             let removed = (own + ev.desc_probe_ns).min(ev.dur_ns);
+            let theirs = theirs.min(ev.dur_ns - removed);
+            let kept = ev.dur_ns - removed - theirs;
             let c = self.corrected.get_or_insert_with(CorrectedStats::new);
-            c.total_ns += ev.dur_ns - removed;
+            c.preempted_ns += theirs;
+            c.total_ns += kept;
             c.probe_ns += removed;
             c.probe_hits += ev.desc_hits as u64 + 2;
-            c.hist.saturating_record((ev.dur_ns - removed).max(1));
+            c.hist.saturating_record(kept.max(1));
         }
+    }
+}
+
+impl NodeStats {
+    /// The node's mean call among those that never left the CPU so far, once there are
+    /// enough of them to say (`preempted::Carry`).
+    pub(super) fn usual_on_cpu(&self) -> Option<u64> {
+        (self.on_cpu_calls >= 16).then(|| self.on_cpu_ns / self.on_cpu_calls)
     }
 }
 
@@ -130,6 +159,8 @@ pub struct Aggregator {
     /// The in-situ check's light epochs (`--in-situ`): calls at or above an epoch's cut that
     /// began in one are kept there, not in the tree.
     light: Option<super::insitu::LightEpochs>,
+    /// The probes' share of each preemption, decided once per preemption.
+    carry: super::preempted::Carry,
 }
 
 /// What BPF could not turn into spans, read from its maps when the run ends.
@@ -179,12 +210,23 @@ impl Aggregator {
                 self.skipped += 1;
                 return;
             }
+            let own_ns = self.own_probe_ns.as_deref();
+            let own = own_ns
+                .and_then(|o| o.get(ev.phase as usize).copied())
+                .unwrap_or(0);
+            // Preempted time is known only where off-CPU time is tracked.
+            let theirs = match own_ns {
+                Some(_) if self.off_cpu => {
+                    let stats = &self.stats;
+                    self.carry
+                        .taken(ev, (own + ev.desc_probe_ns).min(ev.dur_ns), || {
+                            stats.get(&ev.node).and_then(NodeStats::usual_on_cpu)
+                        })
+                }
+                _ => 0,
+            };
             if let Some(l) = self.light.as_mut() {
-                let own = self.own_probe_ns.as_deref();
-                let own = own
-                    .and_then(|o| o.get(ev.phase as usize).copied())
-                    .unwrap_or(0);
-                if l.take(ev, own) {
+                if l.take(ev, own, theirs) {
                     return;
                 }
             }
@@ -192,16 +234,16 @@ impl Aggregator {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
             }
             if let Some(s) = &mut self.split {
-                s.span(ev, self.own_probe_ns.as_deref());
+                s.span(ev, self.own_probe_ns.as_deref(), theirs);
             }
             let own = self.own_probe_ns.as_deref();
-            self.stats.entry(ev.node).or_default().add(ev, own);
+            self.stats.entry(ev.node).or_default().add(ev, own, theirs);
             if let Some(p) = &mut self.per_pid {
                 p.entry(ev.pid)
                     .or_default()
                     .entry(ev.node)
                     .or_default()
-                    .add(ev, own);
+                    .add(ev, own, theirs);
             }
         } else if ev.kind == EventKind::Fork as u32 {
             self.forks.push((ev.pid, ev.tid));
@@ -231,6 +273,7 @@ impl Aggregator {
             s.total_ns += k.total_ns;
             s.self_ns += k.self_ns;
             s.off_ns += k.off_ns;
+            s.preempted_ns += k.preempted_ns;
             s.arg_sum = s.arg_sum.saturating_add(k.arg_sum);
             if correcting {
                 let c = s.corrected.get_or_insert_with(CorrectedStats::new);

@@ -131,6 +131,8 @@ impl Tracer {
         let next = field_offset("sched/sched_switch", "next_pid").unwrap_or(56);
         self.set_config(config::SCHED_PREV_PID, prev)?;
         self.set_config(config::SCHED_NEXT_PID, next)?;
+        let state = field_offset("sched/sched_switch", "prev_state").unwrap_or(32);
+        self.set_config(config::SCHED_PREV_STATE, state)?;
         self.keep_return_addresses()?;
         let (prog, first) = self.extra_program::<TracePoint>(program::SCHED_SWITCH)?;
         if first {

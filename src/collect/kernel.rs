@@ -89,6 +89,7 @@ pub fn sum_summaries<'a>(per_cpu: impl IntoIterator<Item = &'a NodeSummary>) -> 
             s.total_ns += c.total_ns;
             s.self_ns += c.self_ns;
             s.off_ns += c.off_ns;
+            s.preempted_ns += c.preempted_ns;
             s.arg_sum = s.arg_sum.saturating_add(c.arg_sum);
             s.corrected_total_ns += c.corrected_total_ns;
             s.probe_ns += c.probe_ns;
@@ -166,6 +167,7 @@ mod tests {
             total_ns: 30,
             self_ns: 10,
             off_ns: 1,
+            preempted_ns: 1,
             arg_sum: u64::MAX - 1,
             corrected_total_ns: 20,
             probe_ns: 10,
@@ -178,5 +180,6 @@ mod tests {
             (40, 20, 8)
         );
         assert_eq!(s.arg_sum, u64::MAX, "saturates as the per-event sum does");
+        assert_eq!((s.off_ns, s.preempted_ns), (2, 2));
     }
 }

@@ -395,6 +395,7 @@ pub fn calibrated_run() -> Run {
             probe_ns: removed.min(n.total_ns),
             probe_hits: 2 * (n.count + descendant_calls(n)),
             error_ns: (n.count + descendant_calls(n)) * 30,
+            preempted_ns: 0,
             hist,
         });
     }

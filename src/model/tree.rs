@@ -198,6 +198,10 @@ pub struct Corrected {
     pub probe_hits: u64,
     /// Uncertainty of the corrected total, ns: the calibration's error per hit times the hits.
     pub error_ns: u64,
+    /// The probes' share of the calls' preempted time, also taken out, ns (runs that track
+    /// off-CPU time; see `aggregate::preempted`). Raw total − corrected total = `probe_ns` +
+    /// this.
+    pub preempted_ns: u64,
     /// Distribution of corrected call durations, ns.
     pub hist: LatencyHistogram,
 }

@@ -314,16 +314,20 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
     }
 }
 
-/// "preempted: ROOT X a call of its Y off the CPU …" for the roots that were: the part of
-/// their off-CPU time their threads were runnable, waiting for a CPU.
+/// "preempted: ROOT X a call of its Y off the CPU, the probes' Z …" for the roots that were:
+/// the part of their off-CPU time their threads were runnable, waiting for a CPU, and the part
+/// of that the correction took out as the probes' doing (`aggregate::preempted`).
 fn write_preempted(run: &Run, out: &mut String) {
     let roots: Vec<String> = (run.tree.roots.iter())
         .filter_map(|r| {
             let (p, off) = (r.preempted_ns?, r.off_cpu_ns?);
             (p > 0 && r.count > 0).then(|| {
                 let per = |ns: u64| format_ns(ns as f64 / r.count as f64);
+                let theirs = r.corrected.as_ref().map_or(String::new(), |c| {
+                    format!(", the probes' {} of it taken out", per(c.preempted_ns))
+                });
                 format!(
-                    "{} {} a call of its {} off the CPU",
+                    "{} {} a call of its {} off the CPU{theirs}",
                     r.label(),
                     per(p),
                     per(off)
@@ -333,8 +337,8 @@ fn write_preempted(run: &Run, out: &mut String) {
         .collect();
     if !roots.is_empty() {
         out.push_str(&format!(
-            "preempted (runnable, waiting for a CPU; in the corrected times): {}. On a host \
-             with no spare CPU a probe's trap and wprof's reader add to it (docs: user guide, \
+            "preempted (runnable, waiting for a CPU): {}. A preemption is the probes' with the \
+             chance their time is of the time on the CPU where it landed (docs: user guide, \
              Probe cost)\n",
             roots.join(", ")
         ));

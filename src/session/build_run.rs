@@ -115,7 +115,6 @@ pub(super) fn build_run(
     // program's own pace showed it under a duty cycle. Taken out before the sampled phases
     // take their shares of the parents.
     crate::aggregate::aftermath::take_out_samples(&mut tree, &sampled.interrupted, sample_ns);
-    crate::aggregate::preempted::mark(&mut tree, &sampled.preempted);
     if let Some(p) = &progress {
         crate::aggregate::aftermath::correct(&mut tree, &|root| p.excess_of(root));
     }

@@ -166,7 +166,7 @@ impl StackSink {
         };
         let path_of = |node| tree.path_of(node, names);
         let owned_path = |node| path_of(node).into_iter().map(Cow::into_owned).collect();
-        let mut counts = count_sampled(
+        let counts = count_sampled(
             &self.agg.cpu,
             &stacks,
             owned_path,
@@ -174,15 +174,6 @@ impl StackSink {
             &self.sampled_fns,
             &self.sampled_names,
         );
-        if off_cpu {
-            count_preempted(
-                &self.agg.off_cpu,
-                &stacks,
-                owned_path,
-                &mut namer,
-                &mut counts,
-            );
-        }
         let cpu = cpu_hz.map(|hz| {
             let folded = fold(&self.agg.cpu, &stacks, path_of, &mut namer);
             let lost = end.counter(counter::LOST_CPU_SAMPLES);
@@ -321,26 +312,6 @@ fn count_sampled(
         out.add(&path_of(key.node), &chain, weight, &is_sampled);
     }
     out
-}
-
-/// Counts each off-CPU record that left its thread runnable (its kernel stack says so:
-/// `aggregate::preempted`) against its node and every ancestor, ns.
-fn count_preempted(
-    counts: &StackCounts,
-    stacks: &HashMap<u32, Vec<u64>>,
-    path_of: impl Fn(u64) -> Vec<String>,
-    namer: &mut Namer,
-    out: &mut SampledCounts,
-) {
-    for (key, &weight) in &counts.weights {
-        if key.node == 0 {
-            continue;
-        }
-        let frames = namer.kernel_frames(stack_of(stacks, key.kernel_stack));
-        if crate::aggregate::preempted::is_preemption(&frames) {
-            out.preempt(&path_of(key.node), weight);
-        }
-    }
 }
 
 /// Names frames from the mapping snapshots with blazesym.

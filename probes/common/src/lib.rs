@@ -147,6 +147,8 @@ pub struct Frame {
     pub uretprobe: u32,
     /// Time the thread spent off the CPU inside this call so far (children included), ns.
     pub off_ns: u64,
+    /// The part of `off_ns` the thread left the CPU runnable (preempted), ns.
+    pub preempted_ns: u64,
     /// The captured argument (or, once the exit site ran, return value); 0 when none.
     pub arg: u64,
     /// Probe time of the completed descendant calls (each one's whole entry + return cost,
@@ -377,6 +379,9 @@ pub struct Event {
     /// The `STACKS` key the call was on (span only): its thread's pid_tgid, or its
     /// goroutine's [`goroutine_key`] for a Go call, whichever threads the goroutine ran on.
     pub stack: u64,
+    /// The part of `off_ns` the thread left the CPU still runnable (preempted, waiting for a
+    /// CPU rather than for something), ns (span only).
+    pub preempted_ns: u64,
 }
 
 impl Event {
@@ -509,6 +514,8 @@ pub mod config {
     /// does not read it (a read of user memory, ~90 ns a call here); Go and USDT frames keep
     /// theirs always.
     pub const NEED_RET_ADDR: u32 = 10;
+    /// Offset of `prev_state` in the sched:sched_switch record (a `long`).
+    pub const SCHED_PREV_STATE: u32 = 11;
     /// Number of entries.
     pub const COUNT: u32 = 12;
 }
@@ -649,6 +656,8 @@ pub struct NodeSummary {
     pub self_ns: u64,
     /// Time the thread spent off the CPU during them (children included), ns.
     pub off_ns: u64,
+    /// The part of `off_ns` it left the CPU runnable (preempted), ns.
+    pub preempted_ns: u64,
     /// Sum of the captured argument or return value (saturating).
     pub arg_sum: u64,
     /// Sum of the durations with the probes' time taken out of each call, ns.

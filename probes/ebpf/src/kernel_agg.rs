@@ -55,6 +55,7 @@ pub(crate) fn aggregate_call(top: &Frame, dur: u64, arg: u64, own_ns: u64) {
     s.total_ns += dur;
     s.self_ns += dur.saturating_sub(top.child_ns);
     s.off_ns += top.off_ns;
+    s.preempted_ns += top.preempted_ns;
     s.arg_sum = s.arg_sum.saturating_add(arg);
     s.corrected_total_ns += corrected;
     s.probe_ns += removed;
@@ -72,6 +73,7 @@ fn node_summary(node: u64) -> Option<*mut NodeSummary> {
         total_ns: 0,
         self_ns: 0,
         off_ns: 0,
+        preempted_ns: 0,
         arg_sum: 0,
         corrected_total_ns: 0,
         probe_ns: 0,

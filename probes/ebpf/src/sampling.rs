@@ -42,7 +42,16 @@ struct OffCpuStart {
     pid_tgid: u64,
     user_stack: i32,
     kernel_stack: i32,
+    /// 1 when it left the CPU runnable (preempted), 0 when it went to wait.
+    preempted: u32,
+    _pad: u32,
 }
+
+/// Bits of sched_switch's `prev_state` naming a state the task sleeps in (S, D, T, t, X,
+/// Z, P, I: its tracefs print format's mask). None set means it left the CPU runnable ("R"),
+/// whether preempted in the kernel ("R+", the bit above) or switched out at a return to
+/// user mode or a yield: it waits for a CPU, not for something. The same on 6.1 and 6.18.
+const SLEEP_STATES: i64 = 0xff;
 
 /// CPU sample (software cpu-clock, one perf event per CPU): the traced thread's stacks, copied
 /// into the record, and the phase open on it.
@@ -121,6 +130,10 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
     // At sched_switch the current task is still the one leaving.
     let key = bpf_get_current_pid_tgid();
     if traced(key) && key as u32 != 0 {
+        let state_off = CONFIG.get(config::SCHED_PREV_STATE).copied().unwrap_or(32) as usize;
+        // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
+        let runnable = unsafe { ctx.read_at::<i64>(state_off & 0xff) }
+            .is_ok_and(|state| state & SLEEP_STATES == 0);
         let start = OffCpuStart {
             start_ns: now,
             pid_tgid: key,
@@ -132,6 +145,8 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
                 .get_stackid(&STACK_TRACES, 0)
                 .map(|id| id as i32)
                 .unwrap_or(-1),
+            preempted: runnable as u32,
+            _pad: 0,
         };
         let _ = OFF_CPU_SINCE.insert(&(key as u32), &start, BPF_ANY as u64);
     }
@@ -153,7 +168,11 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
         let st = unsafe { &mut *st };
         let len = st.len as usize;
         if len > 0 && len <= MAX_DEPTH {
-            st.frames[slot(len - 1)].off_ns += off;
+            let frame = &mut st.frames[slot(len - 1)];
+            frame.off_ns += off;
+            if start.preempted != 0 {
+                frame.preempted_ns += off;
+            }
         }
     }
     emit_off_cpu(start.pid_tgid, off, start.user_stack, start.kernel_stack);

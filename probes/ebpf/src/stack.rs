@@ -219,6 +219,7 @@ pub(crate) fn push_frame(
     frame.sp = who.sp;
     frame.child_ns = 0;
     frame.off_ns = 0;
+    frame.preempted_ns = 0;
     frame.phase = phase;
     frame.ret_addr = ret_addr;
     frame.uretprobe = if uretprobe { FRAME_URETPROBE } else { 0 };
@@ -320,6 +321,7 @@ pub(crate) fn pop_frame(
         let p = &mut st.frames[slot(depth - 1)];
         p.child_ns += dur;
         p.off_ns += top.off_ns;
+        p.preempted_ns += top.preempted_ns;
         p.desc_probe_ns += top.desc_probe_ns + pair_ns;
         p.desc_hits += top.desc_hits + 2;
         p.stw_child_ns += stw;
@@ -350,6 +352,7 @@ pub(crate) fn pop_frame(
         arg,
         desc_probe_ns: top.desc_probe_ns,
         stack: who.key,
+        preempted_ns: top.preempted_ns,
     };
     queue_span(st, span, now, depth == 0);
     if depth == 0 {

@@ -90,6 +90,9 @@ pub(super) struct CorrectedJ {
     probe_ns: u64,
     probe_hits: u64,
     error_ns: u64,
+    /// Absent in runs written before it was kept.
+    #[serde(default)]
+    preempted_ns: u64,
     #[serde(flatten)]
     derived: DerivedJ,
     histogram: HistJ,
@@ -173,6 +176,7 @@ impl From<&TreeNode> for NodeJ {
                 probe_ns: c.probe_ns,
                 probe_hits: c.probe_hits,
                 error_ns: c.error_ns,
+                preempted_ns: c.preempted_ns,
                 derived: DerivedJ::of(n.count, c.total_ns, &c.hist),
                 histogram: HistJ::of(&c.hist),
             }),
@@ -203,6 +207,7 @@ impl NodeJ {
                 probe_ns: c.probe_ns,
                 probe_hits: c.probe_hits,
                 error_ns: c.error_ns,
+                preempted_ns: c.preempted_ns,
                 hist: c
                     .histogram
                     .into_histogram()
