@@ -12,9 +12,11 @@
 # Printed per attach: wprof's corrected write_impl mean, `own_paused`, their ratio, `own_live`
 # and live/paused. wprof times all of WriteImpl, RocksDB's StopWatch less of it: with the
 # root alone the two read 1.04-1.07x apart in the same run (benches/rocksdb_window.sh), so
-# the ratio is to be read against that, not against 1. With WPROF_ARGS=--off-cpu it also
-# prints the write's off-CPU and preempted time (JSON preempted_ns) and the ratio without
-# the preempted time. RocksDB's dumps carry percentiles
+# the ratio is to be read against that, not against 1. With WPROF_ARGS=--off-cpu (the
+# correction then takes the probes' share of the preemptions out too) it also prints the
+# write's off-CPU and preempted time (JSON preempted_ns), the probes' share taken out
+# (corrected.preempted_ns) and the corrected time on the CPU over own_paused (which holds the
+# untraced writer's own preemptions). RocksDB's dumps carry percentiles
 # only for the whole run so far, so no per-gap p99 can be taken from them: the p99 is left to
 # benches/rocksdb_accuracy.sh's untraced runs.
 #
@@ -34,10 +36,19 @@ tmp=$(mktemp -d)
 /usr/bin/db_bench --benchmarks=fillrandom --num=1000000 --duration=3600 --statistics=1 \
   --write_buffer_size=4194304 --stats_dump_period_sec=1 --db="$tmp/db" >"$tmp/bench.out" 2>&1 &
 bench=$!
-trap 'kill "$bench" 2>/dev/null || true; wait "$bench" 2>/dev/null || true
-  [ -n "${WPROF_KEEP:-}" ] && cp "$tmp"/r*.json "$tmp"/spans "$tmp"/db/LOG "$WPROF_KEEP"/
+trap 'kill "$bench" "${sched:-}" 2>/dev/null || true; wait "$bench" 2>/dev/null || true
+  [ -n "${WPROF_KEEP:-}" ] && cp "$tmp"/r*.json "$tmp"/spans "$tmp"/sched "$tmp"/db/LOG "$WPROF_KEEP"/
   rm -rf "$tmp"' EXIT
 sleep "$GAP"
+# The writer (db_bench's busiest thread): its schedstat every 0.25 s (ns on the CPU, ns
+# waiting on a run queue), to tell how long it waits for a CPU untraced and traced.
+writer=$(for t in /proc/"$bench"/task/*; do
+  echo "$(awk '{print $14 + $15}' "$t/stat") ${t##*/}"; done | sort -n | tail -1 | cut -d' ' -f2)
+( while kill -0 "$bench" 2>/dev/null; do
+    echo "$(date +%s.%N) $(cat /proc/"$bench"/task/"$writer"/schedstat 2>/dev/null)"
+    sleep 0.25
+  done >"$tmp/sched" ) &
+sched=$!
 for r in $(seq "$R"); do
   mode=""
   [ $((r % 2)) -eq 0 ] && mode="--in-situ"
@@ -69,6 +80,18 @@ def pace(rows):
     t = sum(r[1] - r[0] for r in rows)
     return sum(r[2] for r in rows) / t if t else float("nan")
 paused = [s for s in secs if not any(a < s[1] and s[0] < b for _, a, b, _ in spans)]
+sched = [tuple(map(float, l.split()[:3])) for l in open(f"{tmp}/sched") if len(l.split()) >= 3]
+def waiting(t0, t1):
+    """The writer's time waiting for a CPU over its time on one, between t0 and t1."""
+    rows = [s for s in sched if t0 <= s[0] <= t1]
+    if len(rows) < 2:
+        return float("nan")
+    return (rows[-1][2] - rows[0][2]) / max(rows[-1][1] - rows[0][1], 1.0)
+def waiting_in(rows):
+    """The same over a set of LOG seconds, weighted by their CPU time."""
+    w = [waiting(r[0], r[1]) for r in rows]
+    w = [x for x in w if x == x]
+    return statistics.mean(w) if w else float("nan")
 ratios = {}
 for i, (r, a, b, mode) in enumerate(spans):
     run = json.load(open(f"{tmp}/r{r}.json"))
@@ -88,13 +111,20 @@ for i, (r, a, b, mode) in enumerate(spans):
     price = root["corrected"]["probe_ns"] / max(root["count"], 1) / 1e3
     added = 1e6 / pace(live) - 1e6 / pace(gaps)
     ratios.setdefault(mode, []).append(corr / own_p)
-    # With --off-cpu: the write's time off the CPU and preempted (runnable), and the
-    # corrected mean less the preempted time, against the same reference.
+    # With --off-cpu: the write's time off the CPU and preempted (runnable), the probes' share
+    # of it the correction took out, and the corrected mean less what it kept of it (its time
+    # on the CPU) against the same reference.
     off, pre = root.get("off_cpu_ns"), root.get("preempted_ns")
+    per = lambda ns: (ns or 0) / root["count"] / 1e3
+    theirs = per(root["corrected"].get("preempted_ns"))
     on_cpu = "" if off is None else (
-        f" off_cpu {off / root['count'] / 1e3:.2f}us preempted "
-        f"{(pre or 0) / root['count'] / 1e3:.2f}us (corrected-preempted)/own_paused "
-        f"{(corr - (pre or 0) / root['count'] / 1e3) / own_p:.3f}")
+        f" off_cpu {per(off):.2f}us preempted {per(pre):.2f}us probes' {theirs:.2f}us "
+        f"on_cpu/own_paused {(corr - (per(pre) - theirs)) / own_p:.3f}")
+    # The writer's wait for a CPU over its time on one: in the gaps, and while live. In the
+    # gaps, own_paused * w / (1 + w) is about the untraced write's own preempted time.
+    w_p, w_l = waiting_in(gaps), waiting_in(live)
+    on_cpu += (f" wait/cpu paused {w_p:.3f} live {w_l:.3f} (untraced preempted ~"
+               f"{own_p * w_p / (1 + w_p):.2f}us)")
     print(f"attach {r} {mode:<10} calls {root['count']:>7} raw {raw:.2f}us corrected "
           f"{corr:.2f}us own_paused {own_p:.2f}us ({np} s) corrected/own_paused "
           f"{corr / own_p:.3f} own_live {own_l:.2f}us ({nl} s) live/paused {own_l / own_p:.2f} "
