@@ -118,7 +118,8 @@ for i, (r, a, b, mode) in enumerate(spans):
     per = lambda ns: (ns or 0) / root["count"] / 1e3
     theirs = per(root["corrected"].get("preempted_ns"))
     on_cpu = "" if off is None else (
-        f" off_cpu {per(off):.2f}us preempted {per(pre):.2f}us probes' {theirs:.2f}us "
+        f" off_cpu {per(off):.2f}us preempted {per(pre):.2f}us probes' {theirs:.2f}us (wprof's "
+        f"threads {per(root['corrected'].get('wprof_ns')):.2f}us) "
         f"on_cpu/own_paused {(corr - (per(pre) - theirs)) / own_p:.3f}")
     # The writer's wait for a CPU over its time on one: in the gaps, and while live. In the
     # gaps, own_paused * w / (1 + w) is about the untraced write's own preempted time.

@@ -155,6 +155,7 @@ mod tests {
             probe_hits: hits,
             error_ns: 0,
             preempted_ns: 0,
+            wprof_ns: 0,
             hist,
         });
         n

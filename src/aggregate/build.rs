@@ -69,6 +69,7 @@ impl Builder<'_> {
                 probe_hits: c.probe_hits,
                 error_ns: 0,
                 preempted_ns: c.preempted_ns,
+                wprof_ns: c.wprof_ns,
                 hist: c.hist,
             });
             if let Some(Some(u)) = self.units.get(phase as usize) {

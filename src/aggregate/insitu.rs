@@ -537,6 +537,7 @@ mod tests {
             probe_hits: count * 2,
             error_ns: 0,
             preempted_ns: 0,
+            wprof_ns: 0,
             hist: chist,
         });
         n

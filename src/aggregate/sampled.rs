@@ -132,6 +132,7 @@ pub fn graft(tree: &mut PhaseTree, counts: &SampledCounts, phase_of: PhaseOf<'_>
                 probe_hits: 0,
                 error_ns: 0,
                 preempted_ns: 0,
+                wprof_ns: 0,
                 hist: crate::model::new_histogram(),
             });
         }

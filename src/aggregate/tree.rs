@@ -51,6 +51,8 @@ pub(super) struct CorrectedStats {
     pub(super) probe_ns: u64,
     /// The probes' share of the preempted time, also removed, ns.
     pub(super) preempted_ns: u64,
+    /// The part of it spent waiting for wprof's own threads.
+    pub(super) wprof_ns: u64,
     /// Probe hits inside the calls' windows (their own entry and return, and every
     /// descendant's).
     pub(super) probe_hits: u64,
@@ -63,6 +65,7 @@ impl CorrectedStats {
             total_ns: 0,
             probe_ns: 0,
             preempted_ns: 0,
+            wprof_ns: 0,
             probe_hits: 0,
             hist: new_histogram(),
         }
@@ -111,6 +114,7 @@ impl NodeStats {
             let kept = ev.dur_ns - removed - theirs;
             let c = self.corrected.get_or_insert_with(CorrectedStats::new);
             c.preempted_ns += theirs;
+            c.wprof_ns += ev.wprof_ns.min(theirs);
             c.total_ns += kept;
             c.probe_ns += removed;
             c.probe_hits += ev.desc_hits as u64 + 2;

@@ -133,6 +133,7 @@ impl Tracer {
         self.set_config(config::SCHED_NEXT_PID, next)?;
         let state = field_offset("sched/sched_switch", "prev_state").unwrap_or(32);
         self.set_config(config::SCHED_PREV_STATE, state)?;
+        self.mark_own_threads()?;
         self.keep_return_addresses()?;
         let (prog, first) = self.extra_program::<TracePoint>(program::SCHED_SWITCH)?;
         if first {
@@ -140,6 +141,22 @@ impl Tracer {
         }
         prog.attach("sched", "sched_switch")
             .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")?;
+        Ok(())
+    }
+
+    /// Puts wprof's threads (those running now: the reader is the main one) in
+    /// `OWN_THREADS`, so that a traced thread preempted for one of them is known to have
+    /// waited for wprof.
+    fn mark_own_threads(&mut self) -> Result<()> {
+        let tids: Vec<u32> = std::fs::read_dir("/proc/self/task")
+            .context("list /proc/self/task")?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        let mut own = self.own_threads_mut()?;
+        for tid in tids {
+            // A full map (64 threads) only leaves the rest unmarked.
+            let _ = own.insert(&tid, &1u8, 0);
+        }
         Ok(())
     }
 

@@ -127,6 +127,11 @@ impl Tracer {
         typed(self.map_mut(name::TRACED)?, name::TRACED)
     }
 
+    /// wprof's own threads (tid -> 1).
+    pub(super) fn own_threads_mut(&mut self) -> Result<HashMap<&mut MapData, u32, u8>> {
+        typed(self.map_mut(name::OWN_THREADS)?, name::OWN_THREADS)
+    }
+
     /// The syscall phases: phase id + 1 by syscall number (`| SYS_EXIT_BIT` for exits).
     pub(super) fn sys_phases_mut(&mut self) -> Result<Array<&mut MapData, u32>> {
         typed(self.map_mut(name::SYS_PHASES)?, name::SYS_PHASES)

@@ -396,6 +396,7 @@ pub fn calibrated_run() -> Run {
             probe_hits: 2 * (n.count + descendant_calls(n)),
             error_ns: (n.count + descendant_calls(n)) * 30,
             preempted_ns: 0,
+            wprof_ns: 0,
             hist,
         });
     }

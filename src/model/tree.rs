@@ -202,6 +202,9 @@ pub struct Corrected {
     /// off-CPU time; see `aggregate::preempted`). Raw total − corrected total = `probe_ns` +
     /// this.
     pub preempted_ns: u64,
+    /// The part of `preempted_ns` the threads waited while the CPU ran one of wprof's own
+    /// threads (its reader, mostly), ns.
+    pub wprof_ns: u64,
     /// Distribution of corrected call durations, ns.
     pub hist: LatencyHistogram,
 }

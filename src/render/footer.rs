@@ -324,7 +324,12 @@ fn write_preempted(run: &Run, out: &mut String) {
             (p > 0 && r.count > 0).then(|| {
                 let per = |ns: u64| format_ns(ns as f64 / r.count as f64);
                 let theirs = r.corrected.as_ref().map_or(String::new(), |c| {
-                    format!(", the probes' {} of it taken out", per(c.preempted_ns))
+                    format!(
+                        ", the probes' {} of it taken out ({} of that waiting for wprof's \
+                         own threads)",
+                        per(c.preempted_ns),
+                        per(c.wprof_ns)
+                    )
                 });
                 format!(
                     "{} {} a call of its {} off the CPU{theirs}",

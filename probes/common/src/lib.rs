@@ -149,6 +149,8 @@ pub struct Frame {
     pub off_ns: u64,
     /// The part of `off_ns` the thread left the CPU runnable (preempted), ns.
     pub preempted_ns: u64,
+    /// The part of `preempted_ns` it left the CPU to one of wprof's own threads, ns.
+    pub wprof_ns: u64,
     /// The captured argument (or, once the exit site ran, return value); 0 when none.
     pub arg: u64,
     /// Probe time of the completed descendant calls (each one's whole entry + return cost,
@@ -382,6 +384,9 @@ pub struct Event {
     /// The part of `off_ns` the thread left the CPU still runnable (preempted, waiting for a
     /// CPU rather than for something), ns (span only).
     pub preempted_ns: u64,
+    /// The part of `preempted_ns` the thread left the CPU to one of wprof's own threads (its
+    /// reader, mostly): wprof's doing, whatever the call was doing, ns (span only).
+    pub wprof_ns: u64,
 }
 
 impl Event {

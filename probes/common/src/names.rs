@@ -25,6 +25,9 @@ pub mod map {
     pub const CONFIG: &str = "CONFIG";
     /// Traced processes (tgid -> 1).
     pub const TRACED: &str = "TRACED";
+    /// wprof's own threads (tid -> 1): a traced thread preempted for one of them waited for
+    /// wprof.
+    pub const OWN_THREADS: &str = "OWN_THREADS";
     /// Tracepoints that open or close a kernel phase, by event type id.
     pub const TP_PHASES: &str = "TP_PHASES";
     /// Syscall phases, by syscall number (`| SYS_EXIT_BIT` for exits).

@@ -30,6 +30,15 @@ use crate::stack::{slot, STACKS};
 #[map]
 static STACK_TRACES: StackTrace = StackTrace::with_max_entries(16_384, 0);
 
+/// wprof's own threads, by tid (userspace fills it when it attaches sched_switch).
+#[map]
+static OWN_THREADS: HashMap<u32, u8> = HashMap::with_max_entries(64, 0);
+
+/// [`OffCpuStart::preempted`]: left the CPU runnable.
+const PREEMPTED: u32 = 1;
+/// [`OffCpuStart::preempted`]: left the CPU runnable, to one of wprof's own threads.
+const PREEMPTED_BY_WPROF: u32 = 2;
+
 /// Where and when a traced thread went off the CPU, keyed by tid until it comes back.
 #[map]
 static OFF_CPU_SINCE: HashMap<u32, OffCpuStart> = HashMap::with_max_entries(MAX_THREADS, 0);
@@ -42,7 +51,8 @@ struct OffCpuStart {
     pid_tgid: u64,
     user_stack: i32,
     kernel_stack: i32,
-    /// 1 when it left the CPU runnable (preempted), 0 when it went to wait.
+    /// [`PREEMPTED`] or [`PREEMPTED_BY_WPROF`] when it left the CPU runnable, 0 when it went
+    /// to wait.
     preempted: u32,
     _pad: u32,
 }
@@ -129,11 +139,24 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
     let now = unsafe { bpf_ktime_get_ns() };
     // At sched_switch the current task is still the one leaving.
     let key = bpf_get_current_pid_tgid();
+    let next_off = CONFIG.get(config::SCHED_NEXT_PID).copied().unwrap_or(56) as usize;
+    // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
+    let Ok(next_tid) = (unsafe { ctx.read_at::<i32>(next_off & 0xff) }) else {
+        return 0;
+    };
+    let next_tid = next_tid as u32;
     if traced(key) && key as u32 != 0 {
         let state_off = CONFIG.get(config::SCHED_PREV_STATE).copied().unwrap_or(32) as usize;
         // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
         let runnable = unsafe { ctx.read_at::<i64>(state_off & 0xff) }
             .is_ok_and(|state| state & SLEEP_STATES == 0);
+        let preempted = if !runnable {
+            0
+        } else if OWN_THREADS.get_ptr(&next_tid).is_some() {
+            PREEMPTED_BY_WPROF
+        } else {
+            PREEMPTED
+        };
         let start = OffCpuStart {
             start_ns: now,
             pid_tgid: key,
@@ -145,17 +168,11 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
                 .get_stackid(&STACK_TRACES, 0)
                 .map(|id| id as i32)
                 .unwrap_or(-1),
-            preempted: runnable as u32,
+            preempted,
             _pad: 0,
         };
         let _ = OFF_CPU_SINCE.insert(&(key as u32), &start, BPF_ANY as u64);
     }
-    let next_off = CONFIG.get(config::SCHED_NEXT_PID).copied().unwrap_or(56) as usize;
-    // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
-    let Ok(next_tid) = (unsafe { ctx.read_at::<i32>(next_off & 0xff) }) else {
-        return 0;
-    };
-    let next_tid = next_tid as u32;
     let Some(start) = OFF_CPU_SINCE.get_ptr(&next_tid) else {
         return 0;
     };
@@ -172,6 +189,9 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
             frame.off_ns += off;
             if start.preempted != 0 {
                 frame.preempted_ns += off;
+            }
+            if start.preempted == PREEMPTED_BY_WPROF {
+                frame.wprof_ns += off;
             }
         }
     }

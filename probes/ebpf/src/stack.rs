@@ -220,6 +220,7 @@ pub(crate) fn push_frame(
     frame.child_ns = 0;
     frame.off_ns = 0;
     frame.preempted_ns = 0;
+    frame.wprof_ns = 0;
     frame.phase = phase;
     frame.ret_addr = ret_addr;
     frame.uretprobe = if uretprobe { FRAME_URETPROBE } else { 0 };
@@ -322,6 +323,7 @@ pub(crate) fn pop_frame(
         p.child_ns += dur;
         p.off_ns += top.off_ns;
         p.preempted_ns += top.preempted_ns;
+        p.wprof_ns += top.wprof_ns;
         p.desc_probe_ns += top.desc_probe_ns + pair_ns;
         p.desc_hits += top.desc_hits + 2;
         p.stw_child_ns += stw;
@@ -353,6 +355,7 @@ pub(crate) fn pop_frame(
         desc_probe_ns: top.desc_probe_ns,
         stack: who.key,
         preempted_ns: top.preempted_ns,
+        wprof_ns: top.wprof_ns,
     };
     queue_span(st, span, now, depth == 0);
     if depth == 0 {

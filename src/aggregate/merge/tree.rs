@@ -211,12 +211,14 @@ fn add_corrected(mut x: Corrected, y: Corrected, here: &str) -> Result<Corrected
         probe_hits,
         error_ns,
         preempted_ns,
+        wprof_ns,
         hist,
     } = y;
     x.total_ns += total_ns;
     x.self_ns += self_ns;
     x.probe_ns += probe_ns;
     x.preempted_ns += preempted_ns;
+    x.wprof_ns += wprof_ns;
     x.probe_hits += probe_hits;
     x.error_ns += error_ns;
     x.hist

@@ -93,6 +93,8 @@ pub(super) struct CorrectedJ {
     /// Absent in runs written before it was kept.
     #[serde(default)]
     preempted_ns: u64,
+    #[serde(default)]
+    wprof_ns: u64,
     #[serde(flatten)]
     derived: DerivedJ,
     histogram: HistJ,
@@ -177,6 +179,7 @@ impl From<&TreeNode> for NodeJ {
                 probe_hits: c.probe_hits,
                 error_ns: c.error_ns,
                 preempted_ns: c.preempted_ns,
+                wprof_ns: c.wprof_ns,
                 derived: DerivedJ::of(n.count, c.total_ns, &c.hist),
                 histogram: HistJ::of(&c.hist),
             }),
@@ -208,6 +211,7 @@ impl NodeJ {
                 probe_hits: c.probe_hits,
                 error_ns: c.error_ns,
                 preempted_ns: c.preempted_ns,
+                wprof_ns: c.wprof_ns,
                 hist: c
                     .histogram
                     .into_histogram()
