@@ -9,9 +9,9 @@
 //!
 //! Why it matters: on a host with no spare CPU a traced thread is preempted for as long as its
 //! rivals' time slices, whatever its call was doing. With every phase of the `rocksdb` profile
-//! probed, db_bench's writer spent 2.3-4.1 µs of each ~6 µs corrected write preempted
-//! (benchmarks §37): a call the probes made 4× longer on the CPU is 4× as likely to be the one
-//! a preemption lands in.
+//! probed, db_bench's writer spent 2.4-4.0 µs of each write preempted, a third to two thirds
+//! of it while wprof's own reader ran, against ~0.2-0.3 µs untraced (benchmarks §38): a call
+//! the probes made 4× longer on the CPU is 4× as likely to be the one a preemption lands in.
 
 use std::collections::HashMap;
 
