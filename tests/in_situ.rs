@@ -8,15 +8,6 @@ mod common;
 
 use common::*;
 
-/// The fixture's `write_mean_ns` from its result line.
-fn write_mean_ns(stdout: &[u8]) -> f64 {
-    let text = String::from_utf8_lossy(stdout);
-    text.split_whitespace()
-        .find_map(|f| f.strip_prefix("write_mean_ns="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no write_mean_ns in {text}"))
-}
-
 #[test]
 fn light_epochs_check_the_correction_and_lose_no_call() {
     if !bpf_available() {

@@ -200,6 +200,12 @@ fn syscall_phase_off_cpu_and_cpu_samples_on_the_fixture() {
     );
 }
 
+/// Twice as many threads as this host has CPUs, as an argument.
+fn twice_the_cpus() -> String {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (2 * cpus).to_string()
+}
+
 /// Four threads spinning on two CPUs: whatever time a write spends off the CPU it spends
 /// runnable, waiting for one, and the tree says so (`preempted_ns`, the footer's line).
 #[test]
@@ -208,8 +214,7 @@ fn spinning_threads_on_too_few_cpus_are_off_the_cpu_preempted() {
         return;
     }
     let _lock = bpf_lock();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (2 * cpus).to_string();
+    let threads = twice_the_cpus();
     let dir = tempdir();
     let json = dir.path().join("run.json");
     let out = run(wprof()
@@ -248,15 +253,6 @@ fn spinning_threads_on_too_few_cpus_are_off_the_cpu_preempted() {
     );
 }
 
-/// The fixture's `write_mean_ns` from its result line, ns.
-fn write_mean_ns(out: &std::process::Output) -> f64 {
-    let text = String::from_utf8_lossy(&out.stdout);
-    text.split_whitespace()
-        .find_map(|f| f.strip_prefix("write_mean_ns="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no write_mean_ns in {text}"))
-}
-
 /// Short phases doing fixed work, on twice as many threads as CPUs: the probes take about
 /// half of each write's time on the CPU, so about half its preemptions are theirs, and the
 /// correction takes those out (`corrected.preempted_ns`). Ground truth: the same fixture's own
@@ -267,8 +263,7 @@ fn the_probes_share_of_the_preemptions_is_out_of_the_corrected_writes() {
         return;
     }
     let _lock = bpf_lock();
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (2 * cpus).to_string();
+    let threads = twice_the_cpus();
     let args = [
         "--write-us",
         "2",
@@ -293,7 +288,7 @@ fn the_probes_share_of_the_preemptions_is_out_of_the_corrected_writes() {
     let untraced = || {
         let out = run(std::process::Command::new(fixture("writepath")).args(args));
         assert!(out.status.success(), "{}", text(&out));
-        write_mean_ns(&out)
+        write_mean_ns(&out.stdout)
     };
     let before = untraced();
     let dir = tempdir();

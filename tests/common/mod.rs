@@ -178,6 +178,16 @@ pub fn assert_corrected_additive(run: &serde_json::Value) {
     }
 }
 
+/// The C fixture's `write_mean_ns` from its result line (its own mean write time), ns.
+#[allow(dead_code)] // not every test binary runs the fixture untraced
+pub fn write_mean_ns(stdout: &[u8]) -> f64 {
+    let text = String::from_utf8_lossy(stdout);
+    text.split_whitespace()
+        .find_map(|f| f.strip_prefix("write_mean_ns="))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no write_mean_ns in {text}"))
+}
+
 /// A node's integer field.
 pub fn u(n: &serde_json::Value, field: &str) -> u64 {
     n[field]
