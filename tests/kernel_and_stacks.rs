@@ -206,6 +206,22 @@ fn twice_the_cpus() -> String {
     (2 * cpus).to_string()
 }
 
+/// `wprof record --target fixture --off-cpu` of the writepath fixture with `args`: its
+/// output (asserted successful) and its JSON run.
+fn record_off_cpu(args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    let dir = tempdir();
+    let json = dir.path().join("run.json");
+    let out = run(wprof()
+        .args(["record", "--target", "fixture", "--off-cpu", "--json"])
+        .arg(&json)
+        .arg("--")
+        .arg(fixture("writepath"))
+        .args(args));
+    assert!(out.status.success(), "{}", text(&out));
+    let runj = read_json(&json);
+    (out, runj)
+}
+
 /// Four threads spinning on two CPUs: whatever time a write spends off the CPU it spends
 /// runnable, waiting for one, and the tree says so (`preempted_ns`, the footer's line).
 #[test]
@@ -215,16 +231,7 @@ fn spinning_threads_on_too_few_cpus_are_off_the_cpu_preempted() {
     }
     let _lock = bpf_lock();
     let threads = twice_the_cpus();
-    let dir = tempdir();
-    let json = dir.path().join("run.json");
-    let out = run(wprof()
-        .args(["record", "--target", "fixture", "--off-cpu", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(fixture("writepath"))
-        .args(["--iterations", "300", "--threads", &threads]));
-    assert!(out.status.success(), "{}", text(&out));
-    let runj = read_json(&json);
+    let (out, runj) = record_off_cpu(&["--iterations", "300", "--threads", &threads]);
     for path in [
         &["write_record"][..],
         &["write_record", "persist_block", "flush_block"],
@@ -291,17 +298,8 @@ fn the_probes_share_of_the_preemptions_is_out_of_the_corrected_writes() {
         write_mean_ns(&out.stdout)
     };
     let before = untraced();
-    let dir = tempdir();
-    let json = dir.path().join("run.json");
-    let out = run(wprof()
-        .args(["record", "--target", "fixture", "--off-cpu", "--json"])
-        .arg(&json)
-        .arg("--")
-        .arg(fixture("writepath"))
-        .args(args));
-    assert!(out.status.success(), "{}", text(&out));
+    let (_, runj) = record_off_cpu(&args);
     let truth = (before + untraced()) / 2.0;
-    let runj = read_json(&json);
     let w = node(&runj, &["write_record"]);
     let n = u(w, "count") as f64;
     let (off, preempted) = (u(w, "off_cpu_ns"), u(w, "preempted_ns"));

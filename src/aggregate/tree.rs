@@ -109,7 +109,7 @@ impl NodeStats {
         self.arg_sum = self.arg_sum.saturating_add(ev.arg);
         self.hist.saturating_record(ev.dur_ns.max(1));
         if let Some(own) = own_ns.map(|o| o.get(ev.phase as usize).copied().unwrap_or(0)) {
-            let removed = (own + ev.desc_probe_ns).min(ev.dur_ns);
+            let removed = removed_ns(ev, own);
             let theirs = theirs.min(ev.dur_ns - removed);
             let kept = ev.dur_ns - removed - theirs;
             let c = self.corrected.get_or_insert_with(CorrectedStats::new);
@@ -121,14 +121,19 @@ impl NodeStats {
             c.hist.saturating_record(kept.max(1));
         }
     }
-}
 
-impl NodeStats {
     /// The node's mean call among those that never left the CPU so far, once there are
     /// enough of them to say (`preempted::Carry`).
     pub(super) fn usual_on_cpu(&self) -> Option<u64> {
         (self.on_cpu_calls >= 16).then(|| self.on_cpu_ns / self.on_cpu_calls)
     }
+}
+
+/// The probe time inside call `ev`'s window, ns: its own probes' part `own` and all of its
+/// descendants', at most the call.
+#[inline]
+fn removed_ns(ev: &Event, own: u64) -> u64 {
+    (own + ev.desc_probe_ns).min(ev.dur_ns)
 }
 
 /// Accumulates events of one run.
@@ -222,10 +227,9 @@ impl Aggregator {
             let theirs = match own_ns {
                 Some(_) if self.off_cpu => {
                     let stats = &self.stats;
-                    self.carry
-                        .taken(ev, (own + ev.desc_probe_ns).min(ev.dur_ns), || {
-                            stats.get(&ev.node).and_then(NodeStats::usual_on_cpu)
-                        })
+                    self.carry.taken(ev, removed_ns(ev, own), || {
+                        stats.get(&ev.node).and_then(NodeStats::usual_on_cpu)
+                    })
                 }
                 _ => 0,
             };
@@ -238,16 +242,18 @@ impl Aggregator {
                 c.span(ev, self.nested_same.get(&ev.node).copied().unwrap_or(false));
             }
             if let Some(s) = &mut self.split {
-                s.span(ev, self.own_probe_ns.as_deref(), theirs);
+                s.span(ev, own_ns, theirs);
             }
-            let own = self.own_probe_ns.as_deref();
-            self.stats.entry(ev.node).or_default().add(ev, own, theirs);
+            self.stats
+                .entry(ev.node)
+                .or_default()
+                .add(ev, own_ns, theirs);
             if let Some(p) = &mut self.per_pid {
                 p.entry(ev.pid)
                     .or_default()
                     .entry(ev.node)
                     .or_default()
-                    .add(ev, own, theirs);
+                    .add(ev, own_ns, theirs);
             }
         } else if ev.kind == EventKind::Fork as u32 {
             self.forks.push((ev.pid, ev.tid));

@@ -81,10 +81,9 @@ pub struct TreeNode {
     /// Time the thread was off the CPU during completed calls, children included, ns (only
     /// when the run tracked it: `--off-cpu`).
     pub off_cpu_ns: Option<u64>,
-    /// The part of `off_cpu_ns` the thread spent preempted: runnable, waiting for a CPU (its
-    /// off-CPU records' kernel stacks left through a return to user mode, an interrupt's exit
-    /// or a reschedule point, not through a wait). Only with `--off-cpu`; a record without a
-    /// kernel stack counts as a wait.
+    /// The part of `off_cpu_ns` the thread spent preempted: runnable, waiting for a CPU
+    /// rather than for something (sched_switch's `prev_state` had no sleep bit). Only with
+    /// `--off-cpu`.
     pub preempted_ns: Option<u64>,
     /// The same calls with the probes' time taken out (runs with known probe costs).
     pub corrected: Option<Corrected>,
