@@ -6,11 +6,14 @@
 # not move with the host's load. Prints ns per run of each wprof program that ran, per event
 # and in the kernel mode (--aggregate kernel), over a 3 s window in the middle of the run.
 #
-# Run as root: benches/bpf_runtime.sh [ITERATIONS]
+# Run as root: benches/bpf_runtime.sh [ITERATIONS] [THREADS]
+# WPROF_ARGS adds to wprof's arguments (e.g. --off-cpu, --keep-preemptions: what
+# wprof_sched_switch costs each way); MODES picks the aggregation modes (default: event kernel).
 set -euo pipefail
 unset SUDO_UID SUDO_GID
 cd "$(dirname "$0")/.."
 N=${1:-1500000}
+T=${2:-1}
 # shellcheck source=benches/setup.sh
 . benches/setup.sh
 zero=(--write-us 0 --encode-us 0 --persist-us 0 --compress-us 0 --flush-us 0 --wal-us 0 --sync-us 0)
@@ -32,8 +35,9 @@ PY
 }
 for mode in ${MODES:-event kernel}; do
   echo "== --aggregate $mode"
-  "$W" record -q --aggregate "$mode" --target fixture --json /tmp/wprof-bpf-runtime.json -- \
-    "$prog" --iterations "$N" "${zero[@]}" >/dev/null &
+  # shellcheck disable=SC2086  # WPROF_ARGS are words
+  "$W" record -q --aggregate "$mode" ${WPROF_ARGS:-} --target fixture \
+    --json /tmp/wprof-bpf-runtime.json -- "$prog" --iterations "$N" --threads "$T" "${zero[@]}" >/dev/null &
   pid=$!
   sleep 3
   window

@@ -12,11 +12,11 @@
 # Printed per attach: wprof's corrected write_impl mean, `own_paused`, their ratio, `own_live`
 # and live/paused. wprof times all of WriteImpl, RocksDB's StopWatch less of it: with the
 # root alone the two read 1.04-1.07x apart in the same run (benches/rocksdb_window.sh), so
-# the ratio is to be read against that, not against 1. With WPROF_ARGS=--off-cpu (the
-# correction then takes the probes' share of the preemptions out too) it also prints the
-# write's off-CPU and preempted time (JSON preempted_ns), the probes' share taken out
-# (corrected.preempted_ns) and the corrected time on the CPU over own_paused (which holds the
-# untraced writer's own preemptions). RocksDB's dumps carry percentiles
+# the ratio is to be read against that, not against 1. Unless WPROF_ARGS has
+# --keep-preemptions (the correction then keeps every preemption), it also prints the write's
+# preempted time (JSON preempted_ns; with --off-cpu its off-CPU time too), the probes' share
+# taken out (corrected.preempted_ns) and the corrected time on the CPU over own_paused (which
+# holds the untraced writer's own preemptions). RocksDB's dumps carry percentiles
 # only for the whole run so far, so no per-gap p99 can be taken from them: the p99 is left to
 # benches/rocksdb_accuracy.sh's untraced runs.
 #
@@ -111,14 +111,16 @@ for i, (r, a, b, mode) in enumerate(spans):
     price = root["corrected"]["probe_ns"] / max(root["count"], 1) / 1e3
     added = 1e6 / pace(live) - 1e6 / pace(gaps)
     ratios.setdefault(mode, []).append(corr / own_p)
-    # With --off-cpu: the write's time off the CPU and preempted (runnable), the probes' share
+    # Unless --keep-preemptions: the write's time preempted (runnable; off the CPU in all with
+    # --off-cpu), the probes' share
     # of it the correction took out, and the corrected mean less what it kept of it (its time
     # on the CPU) against the same reference.
     off, pre = root.get("off_cpu_ns"), root.get("preempted_ns")
     per = lambda ns: (ns or 0) / root["count"] / 1e3
     theirs = per(root["corrected"].get("preempted_ns"))
-    on_cpu = "" if off is None else (
-        f" off_cpu {per(off):.2f}us preempted {per(pre):.2f}us probes' {theirs:.2f}us (wprof's "
+    on_cpu = "" if pre is None else (
+        ("" if off is None else f" off_cpu {per(off):.2f}us")
+        + f" preempted {per(pre):.2f}us probes' {theirs:.2f}us (wprof's "
         f"threads {per(root['corrected'].get('wprof_ns')):.2f}us) "
         f"on_cpu/own_paused {(corr - (per(pre) - theirs)) / own_p:.3f}")
     # The writer's wait for a CPU over its time on one: in the gaps, and while live. In the

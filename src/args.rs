@@ -187,6 +187,12 @@ pub struct TraceArgs {
     /// corrected, and the cost figures are the fixed estimates.
     #[arg(long)]
     pub no_calibrate: bool,
+    /// Keep every preemption in the corrected times. By default a corrected run follows the
+    /// traced threads off the CPU (sched:sched_switch, no stacks: a few map operations a
+    /// context switch, host-wide) to take out the preemptions the probes' own time brought
+    /// on; --off-cpu does that too. In-kernel aggregation keeps them anyway.
+    #[arg(long)]
+    pub keep_preemptions: bool,
     /// While tracing, serve per-phase latency on ADDR (e.g. 127.0.0.1:9464) as Prometheus
     /// metrics at /metrics: native histograms over the protobuf format (text for other
     /// clients), one series per phase path, with `--per-pid` one per process (a PostgreSQL

@@ -209,10 +209,18 @@ fn twice_the_cpus() -> String {
 /// `wprof record --target fixture --off-cpu` of the writepath fixture with `args`: its
 /// output (asserted successful) and its JSON run.
 fn record_off_cpu(args: &[&str]) -> (std::process::Output, serde_json::Value) {
+    record_with(&["--off-cpu"], args)
+}
+
+/// `wprof record --target fixture OPTIONS` of the writepath fixture with `args`: its output
+/// (asserted successful) and its JSON run.
+fn record_with(options: &[&str], args: &[&str]) -> (std::process::Output, serde_json::Value) {
     let dir = tempdir();
     let json = dir.path().join("run.json");
     let out = run(wprof()
-        .args(["record", "--target", "fixture", "--off-cpu", "--json"])
+        .args(["record", "--target", "fixture"])
+        .args(options)
+        .arg("--json")
         .arg(&json)
         .arg("--")
         .arg(fixture("writepath"))
@@ -347,6 +355,57 @@ fn the_probes_share_of_the_preemptions_is_out_of_the_corrected_writes() {
         kids.iter().for_each(parents_follow);
     }
     parents_follow(w);
+}
+
+/// A corrected run follows the traced threads off the CPU without `--off-cpu` (sched_switch,
+/// no stacks): the same preempted time and the probes' share of it out of the corrected
+/// times, but no off-CPU time or profile. `--keep-preemptions` leaves sched_switch alone.
+#[test]
+fn a_corrected_run_takes_the_probes_preemptions_out_without_off_cpu() {
+    if !bpf_available() {
+        return;
+    }
+    let _lock = bpf_lock();
+    let threads = twice_the_cpus();
+    let args = [
+        "--write-us",
+        "2",
+        "--wal-us",
+        "2",
+        "--fixed-work",
+        "--iterations",
+        "5000",
+        "--threads",
+        &threads,
+    ];
+    let (out, runj) = record_with(&[], &args);
+    let w = node(&runj, &["write_record"]);
+    let (preempted, taken) = (u(w, "preempted_ns"), u(&w["corrected"], "preempted_ns"));
+    // Twice as many spinning threads as CPUs: preempted about half the time.
+    assert!(
+        preempted * 5 >= u(w, "total_ns") && taken > 0 && taken <= preempted,
+        "{taken} of {preempted} ns preempted taken out, of {} ns",
+        u(w, "total_ns")
+    );
+    assert!(w.get("off_cpu_ns").is_none() && runj.get("off_cpu_profile").is_none());
+    let err = text(&out);
+    assert!(err.contains("preemptions followed"), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("preempted (runnable, waiting for a CPU): write_record"))
+        .unwrap_or_else(|| panic!("no preempted line:\n{err}"));
+    assert!(
+        line.contains("the probes'") && !line.contains("off the CPU"),
+        "{line}"
+    );
+
+    let (out, runj) = record_with(&["--keep-preemptions"], &args);
+    let w = node(&runj, &["write_record"]);
+    assert!(
+        w.get("preempted_ns").is_none() && u(&w["corrected"], "preempted_ns") == 0,
+        "{w}"
+    );
+    assert!(!text(&out).contains("preemptions followed"));
 }
 
 #[test]

@@ -6,6 +6,7 @@ use crate::model::{Corrected, PhaseTree, TreeNode, UnitSpec, Units};
 
 pub(super) struct Builder<'a> {
     pub(super) off_cpu: bool,
+    pub(super) preemption: bool,
     pub(super) defs: &'a NodeMap<NodeDef>,
     pub(super) keys: &'a NodeMap<String>,
     pub(super) children: &'a NodeMap<Vec<u64>>,
@@ -60,6 +61,8 @@ impl Builder<'_> {
             t.hist = s.hist;
             if self.off_cpu {
                 t.off_cpu_ns = Some(s.off_ns);
+            }
+            if self.preemption {
                 t.preempted_ns = Some(s.preempted_ns.min(s.off_ns));
             }
             t.corrected = s.corrected.map(|c| Corrected {

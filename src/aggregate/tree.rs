@@ -150,6 +150,9 @@ pub struct Aggregator {
     skipped: u64,
     /// Whether off-CPU time is tracked (nodes then carry `off_cpu_ns`).
     off_cpu: bool,
+    /// Whether preempted time is tracked (nodes then carry `preempted_ns`, and the correction
+    /// takes the probes' share of it out): with off-CPU time, or alone.
+    preemption: bool,
     /// Per phase id: how it counts units.
     units: Vec<Option<UnitSpec>>,
     /// Per phase id: probe time inside a call's own window, ns (set when the run corrects).
@@ -223,9 +226,9 @@ impl Aggregator {
             let own = own_ns
                 .and_then(|o| o.get(ev.phase as usize).copied())
                 .unwrap_or(0);
-            // Preempted time is known only where off-CPU time is tracked.
+            // Preempted time is known only where sched_switch is followed.
             let theirs = match own_ns {
-                Some(_) if self.off_cpu => {
+                Some(_) if self.preemption => {
                     let stats = &self.stats;
                     self.carry.taken(ev, removed_ns(ev, own), || {
                         stats.get(&ev.node).and_then(NodeStats::usual_on_cpu)
@@ -383,6 +386,13 @@ impl Aggregator {
     /// Marks the run as tracking off-CPU time: every node of the tree gets `off_cpu_ns`.
     pub fn track_off_cpu(&mut self) {
         self.off_cpu = true;
+        self.preemption = true;
+    }
+
+    /// Marks the run as tracking preempted time alone (sched_switch without stacks): every
+    /// node gets `preempted_ns`, and the correction takes the probes' share of it out.
+    pub fn track_preemption(&mut self) {
+        self.preemption = true;
     }
 
     /// `node` and its ancestors up to its root, innermost first, as far as their definitions
@@ -573,6 +583,7 @@ impl Aggregator {
     ) -> Builder<'a> {
         Builder {
             off_cpu: self.off_cpu,
+            preemption: self.preemption,
             defs: &self.defs,
             keys: &self.keys,
             children,
@@ -610,6 +621,7 @@ impl Aggregator {
             mut stats,
             events,
             off_cpu: self_off_cpu,
+            preemption,
             units,
             keys,
             ..
@@ -621,6 +633,7 @@ impl Aggregator {
             .sum();
         let build = Builder {
             off_cpu: self_off_cpu,
+            preemption,
             defs: &defs,
             keys: &keys,
             children: &children,

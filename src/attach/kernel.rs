@@ -125,8 +125,12 @@ impl Tracer {
         Ok(())
     }
 
-    /// Starts tracking when traced threads leave and re-enter the CPU.
-    pub fn attach_off_cpu(&mut self) -> Result<()> {
+    /// Starts tracking when traced threads leave and re-enter the CPU: with `stacks`
+    /// (`--off-cpu`), where they block too (stack ids and an off-CPU record each time);
+    /// without, only the off-CPU and preempted time of the phases open meanwhile (a few map
+    /// operations a switch), which is what the correction needs for the probes' share of the
+    /// preemptions.
+    pub fn attach_off_cpu(&mut self, stacks: bool) -> Result<()> {
         let prev = field_offset("sched/sched_switch", "prev_pid").unwrap_or(24);
         let next = field_offset("sched/sched_switch", "next_pid").unwrap_or(56);
         self.set_config(config::SCHED_PREV_PID, prev)?;
@@ -134,13 +138,16 @@ impl Tracer {
         let state = field_offset("sched/sched_switch", "prev_state").unwrap_or(32);
         self.set_config(config::SCHED_PREV_STATE, state)?;
         self.mark_own_threads()?;
-        self.keep_return_addresses()?;
+        if stacks {
+            self.keep_return_addresses()?;
+        }
+        self.set_config(config::OFF_CPU_STACKLESS, u64::from(!stacks))?;
         let (prog, first) = self.extra_program::<TracePoint>(program::SCHED_SWITCH)?;
         if first {
             verified(program::SCHED_SWITCH, prog.load())?;
+            prog.attach("sched", "sched_switch")
+                .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")?;
         }
-        prog.attach("sched", "sched_switch")
-            .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")?;
         Ok(())
     }
 

@@ -235,8 +235,8 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
             format_ns(off.total() as f64),
             off.lost
         ));
-        write_preempted(run, out);
     }
+    write_preempted(run, out);
 
     write_units(run, out);
 
@@ -316,11 +316,12 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
 
 /// "preempted: ROOT X a call of its Y off the CPU, the probes' Z …" for the roots that were:
 /// the part of their off-CPU time their threads were runnable, waiting for a CPU, and the part
-/// of that the correction took out as the probes' doing (`aggregate::preempted`).
+/// of that the correction took out as the probes' doing (`aggregate::preempted`). Without
+/// `--off-cpu` (preemptions followed alone) the off-CPU time is left out.
 fn write_preempted(run: &Run, out: &mut String) {
     let roots: Vec<String> = (run.tree.roots.iter())
         .filter_map(|r| {
-            let (p, off) = (r.preempted_ns?, r.off_cpu_ns?);
+            let p = r.preempted_ns?;
             (p > 0 && r.count > 0).then(|| {
                 let per = |ns: u64| format_ns(ns as f64 / r.count as f64);
                 let theirs = r.corrected.as_ref().map_or(String::new(), |c| {
@@ -331,12 +332,10 @@ fn write_preempted(run: &Run, out: &mut String) {
                         per(c.wprof_ns)
                     )
                 });
-                format!(
-                    "{} {} a call of its {} off the CPU{theirs}",
-                    r.label(),
-                    per(p),
-                    per(off)
-                )
+                let of_off = r.off_cpu_ns.map_or(String::new(), |off| {
+                    format!(" of its {} off the CPU", per(off))
+                });
+                format!("{} {} a call{of_off}{theirs}", r.label(), per(p))
             })
         })
         .collect();

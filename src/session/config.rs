@@ -116,6 +116,10 @@ pub struct TraceConfig {
     pub off_cpu: bool,
     /// Whether the probes' cost is measured before attaching (not `--no-calibrate`).
     pub calibrate: bool,
+    /// Whether the traced threads' preempted time is followed (sched:sched_switch), so the
+    /// correction can take the probes' share of it out: `--off-cpu`, or a corrected run per
+    /// event without `--keep-preemptions`.
+    pub preemption: bool,
     /// `--ring-size`, bytes as given (the tracer rounds it up).
     pub ring_size: u32,
     /// `--quiet`: no tree on stdout, fewer notes on stderr.
@@ -186,6 +190,8 @@ impl TraceConfig {
             cpu_sample_fixed: t.cpu_sample.is_some(),
             off_cpu: t.off_cpu,
             calibrate: !t.no_calibrate,
+            preemption: t.off_cpu
+                || (!t.no_calibrate && !t.keep_preemptions && aggregate != AggregateMode::Kernel),
             ring_size: t.ring_size,
             quiet: t.quiet,
             outputs,

@@ -181,8 +181,11 @@ impl<'c> Session<'c> {
             note.push_str(&format!(", {tracepoints} tracepoints"));
         }
         if self.config.off_cpu {
-            tracer.attach_off_cpu()?;
+            tracer.attach_off_cpu(true)?;
             note.push_str(", off-CPU tracking");
+        } else if self.config.preemption {
+            tracer.attach_off_cpu(false)?;
+            note.push_str(", preemptions followed");
         }
         if let Some(hz) = self.sampler.hz {
             let go = resolve::go_layout::layout_for_phases(&self.phases).unwrap_or_else(|e| {
@@ -273,6 +276,8 @@ impl<'c> Session<'c> {
         }
         if c.off_cpu {
             agg.track_off_cpu();
+        } else if c.preemption {
+            agg.track_preemption();
         }
         if c.per_pid {
             agg.track_per_pid();

@@ -521,8 +521,13 @@ pub mod config {
     pub const NEED_RET_ADDR: u32 = 10;
     /// Offset of `prev_state` in the sched:sched_switch record (a `long`).
     pub const SCHED_PREV_STATE: u32 = 11;
+    /// 1 when sched:sched_switch only adds off-CPU and preempted time to the open frames
+    /// (the default when correcting, for the probes' share of the preemptions): no stack ids,
+    /// no off-CPU records, and only threads inside a phase are followed off the CPU. 0 for
+    /// `--off-cpu`, which wants the stacks.
+    pub const OFF_CPU_STACKLESS: u32 = 12;
     /// Number of entries.
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 13;
 }
 
 /// Indices of the global counters (a per-CPU array summed by userspace).

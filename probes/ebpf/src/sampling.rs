@@ -5,7 +5,9 @@
 //! off-CPU `StackEvent` records (user and kernel stack ids in `STACK_TRACES`: a thread's
 //! stacks wait in a map while it is off the CPU), each with the innermost open phase and the
 //! return addresses pending uretprobes hid, and each off-CPU interval added to the innermost
-//! open frame of the thread that comes back.
+//! open frame of the thread that comes back. Without `--off-cpu` (`config::OFF_CPU_STACKLESS`)
+//! sched_switch only does the last: no stacks, no records, for the preempted time the
+//! correction needs.
 
 use aya_ebpf::{
     bindings::{BPF_ANY, BPF_F_USER_STACK},
@@ -135,8 +137,9 @@ fn sampled_stack_key(ctx: &PerfEventContext, key: u64) -> u64 {
 /// adds the time to its innermost open phase and sends an off-CPU record.
 #[inline(always)]
 pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
-    // SAFETY: plain helper call.
-    let now = unsafe { bpf_ktime_get_ns() };
+    // The clock is read only for a switch that involves a traced thread: most switches on a
+    // busy host do not, and the read is a third of what this program costs them.
+    let mut now = 0;
     // At sched_switch the current task is still the one leaving.
     let key = bpf_get_current_pid_tgid();
     let next_off = CONFIG.get(config::SCHED_NEXT_PID).copied().unwrap_or(56) as usize;
@@ -145,7 +148,12 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
         return 0;
     };
     let next_tid = next_tid as u32;
-    if traced(key) && key as u32 != 0 {
+    let stackless = CONFIG
+        .get(config::OFF_CPU_STACKLESS)
+        .is_some_and(|v| *v != 0);
+    if traced(key) && key as u32 != 0 && (!stackless || in_a_phase(key)) {
+        // SAFETY: plain helper call.
+        now = unsafe { bpf_ktime_get_ns() };
         let state_off = CONFIG.get(config::SCHED_PREV_STATE).copied().unwrap_or(32) as usize;
         // SAFETY: reads a field of the trace record at the offset its tracefs format gives.
         let runnable = unsafe { ctx.read_at::<i64>(state_off & 0xff) }
@@ -157,17 +165,23 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
         } else {
             PREEMPTED
         };
+        let (user_stack, kernel_stack) = if stackless {
+            (-1, -1)
+        } else {
+            (
+                ctx.get_stackid(&STACK_TRACES, BPF_F_USER_STACK as u64)
+                    .map(|id| id as i32)
+                    .unwrap_or(-1),
+                ctx.get_stackid(&STACK_TRACES, 0)
+                    .map(|id| id as i32)
+                    .unwrap_or(-1),
+            )
+        };
         let start = OffCpuStart {
             start_ns: now,
             pid_tgid: key,
-            user_stack: ctx
-                .get_stackid(&STACK_TRACES, BPF_F_USER_STACK as u64)
-                .map(|id| id as i32)
-                .unwrap_or(-1),
-            kernel_stack: ctx
-                .get_stackid(&STACK_TRACES, 0)
-                .map(|id| id as i32)
-                .unwrap_or(-1),
+            user_stack,
+            kernel_stack,
             preempted,
             _pad: 0,
         };
@@ -179,6 +193,10 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
     // SAFETY: a map value we only read before removing it.
     let start = unsafe { *start };
     let _ = OFF_CPU_SINCE.remove(&next_tid);
+    if now == 0 {
+        // SAFETY: plain helper call.
+        now = unsafe { bpf_ktime_get_ns() };
+    }
     let off = now.saturating_sub(start.start_ns);
     if let Some(st) = STACKS.get_ptr_mut(&start.pid_tgid) {
         // SAFETY: the thread coming back is not running yet, so nothing else touches its stack.
@@ -195,8 +213,19 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
             }
         }
     }
-    emit_off_cpu(start.pid_tgid, off, start.user_stack, start.kernel_stack);
+    if !stackless {
+        emit_off_cpu(start.pid_tgid, off, start.user_stack, start.kernel_stack);
+    }
     0
+}
+
+/// Whether thread `key` has a phase open (its stack of phases is not empty).
+#[inline(always)]
+fn in_a_phase(key: u64) -> bool {
+    STACKS.get_ptr(&key).is_some_and(|st| {
+        // SAFETY: read-only look at the thread's stack length.
+        unsafe { (*st).len > 0 }
+    })
 }
 
 /// Sends thread `key`'s off-CPU record: `off_ns` away, its stacks by id (see [`stack_head`]).
