@@ -42,6 +42,9 @@ pub struct Session<'c> {
     sampler: sampler_budget::SamplerPlan,
     /// The `--serve` endpoint, until the run starts collecting.
     server: Option<crate::serve::Server>,
+    /// Whether sched_switch follows the traced threads' preemptions (`--off-cpu`, or a
+    /// corrected run's default when it could attach).
+    preemption_followed: bool,
 }
 
 /// How a traced run ended.
@@ -80,6 +83,7 @@ impl<'c> Session<'c> {
             costs,
             sampler,
             server: None,
+            preemption_followed: false,
         })
     }
 
@@ -182,10 +186,21 @@ impl<'c> Session<'c> {
         }
         if self.config.off_cpu {
             tracer.attach_off_cpu(true)?;
+            self.preemption_followed = true;
             note.push_str(", off-CPU tracking");
         } else if self.config.preemption {
-            tracer.attach_off_cpu(false)?;
-            note.push_str(", preemptions followed");
+            // Not asked for: a host where it cannot attach (tracefs unreadable without root)
+            // still gets its run, with every preemption kept.
+            match tracer.attach_off_cpu(false) {
+                Ok(()) => {
+                    self.preemption_followed = true;
+                    note.push_str(", preemptions followed");
+                }
+                Err(e) => eprintln!(
+                    "wprof: note: the corrected times keep every preemption ({e:#}; \
+                     --keep-preemptions does not try)"
+                ),
+            }
         }
         if let Some(hz) = self.sampler.hz {
             let go = resolve::go_layout::layout_for_phases(&self.phases).unwrap_or_else(|e| {
@@ -276,7 +291,7 @@ impl<'c> Session<'c> {
         }
         if c.off_cpu {
             agg.track_off_cpu();
-        } else if c.preemption {
+        } else if self.preemption_followed {
             agg.track_preemption();
         }
         if c.per_pid {
