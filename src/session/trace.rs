@@ -69,6 +69,12 @@ impl<'c> Session<'c> {
         }
         let mut tracer = Tracer::load(config.tracer_options())?;
         let guard = guard::prepare(&mut tracer, &mut phases, &scope);
+        if guard.is_some() || config.takes_stacks() {
+            // Entries that keep their return address cost more (a read of the user stack):
+            // the calibration must price the entries the run will have. Without this a
+            // guarded run calibrated ~180 ns a pair short, 10% of db_bench's probe time.
+            tracer.keep_return_addresses()?;
+        }
         let mut collector = Collector::new(&mut tracer)?;
         let costs = costs::calibrated(&mut tracer, &mut collector, &phases, config)?;
         let sampler = sampler_budget::plan(&mut tracer, config);
