@@ -308,6 +308,8 @@ fn the_probes_share_of_the_preemptions_is_out_of_the_corrected_writes() {
     let before = untraced();
     let (_, runj) = record_off_cpu(&args);
     let truth = (before + untraced()) / 2.0;
+    // Stacks are restored with the frames' return addresses: calibrated with them too.
+    assert_eq!(runj["probe_cost"]["calibration"]["return_addresses"], true);
     let w = node(&runj, &["write_record"]);
     let n = u(w, "count") as f64;
     let (off, preempted) = (u(w, "off_cpu_ns"), u(w, "preempted_ns"));

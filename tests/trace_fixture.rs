@@ -53,6 +53,9 @@ fn tree_shape_is_exact_and_long_phases_match_commanded_times() {
     let (out, run) = record(dir.path(), &[], "writepath", &["--iterations", "400"]);
     assert_shape(&run, 400);
     assert_eq!(truth(&out, "writes"), 400);
+    // C phases, no stacks: neither the run's entries nor the calibrated ones read their
+    // return address.
+    assert_eq!(run["probe_cost"]["calibration"]["return_addresses"], false);
 
     // Phases of 100 µs and more: the median call within 5% of the commanded time (self times
     // on the command line: write 3, encode 5, persist 1 + compress 20 + flush 100, wal 2 +

@@ -95,6 +95,12 @@ fn assert_unharmed(t: &Traced, line: &str, mode: &str) {
             text(b)
         );
     } else {
+        // Guarded entries read their return address: the calibration priced such entries.
+        assert_eq!(
+            t.run["probe_cost"]["calibration"]["return_addresses"], true,
+            "{}",
+            t.run["probe_cost"]
+        );
         let c = &t.run["counters"];
         assert!(
             c["unwinds"].as_u64().unwrap_or(0) > 0 || line.contains("backtrace"),

@@ -116,6 +116,8 @@ pub struct Tracer {
     kernel_aggregate: bool,
     /// The unwind guard is live ([`Tracer::guard_unwinding`]).
     guarded: bool,
+    /// Uretprobe frames keep their return address ([`Tracer::keep_return_addresses`]).
+    return_addresses: bool,
     /// Who writes for the unwind guard, once its programs are loaded.
     guard_writes: Option<unwind_guard::GuardWrites>,
     /// The thread that writes for it where the kernel refuses BPF's writes.
@@ -204,6 +206,7 @@ impl Tracer {
             detached: false,
             kernel_aggregate: opts.kernel_aggregate,
             guarded: false,
+            return_addresses: false,
             guard_writes: None,
             guard_writer: None,
             phase_names: std::collections::HashMap::new(),
@@ -460,7 +463,14 @@ impl Tracer {
     /// the unwind guard and for restoring sampled stacks. Before the first phase probe goes
     /// live, or the frames already open lack it.
     pub fn keep_return_addresses(&mut self) -> Result<()> {
-        self.set_config(wprof_common::config::NEED_RET_ADDR, 1)
+        self.set_config(wprof_common::config::NEED_RET_ADDR, 1)?;
+        self.return_addresses = true;
+        Ok(())
+    }
+
+    /// Whether entries read their return address now (see [`Tracer::keep_return_addresses`]).
+    pub fn keeps_return_addresses(&self) -> bool {
+        self.return_addresses
     }
 
     /// Detaches every probe (idempotent). Maps stay readable for the final counts.

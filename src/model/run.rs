@@ -341,6 +341,10 @@ pub struct Calibration {
     /// exceeded, in-kernel aggregation, or it failed). How far it moved widens the errors.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub at_end: Vec<ClassCost>,
+    /// Whether the calibrated entries read their return address, as the run's did (the
+    /// unwind guard, stacks). False in runs recorded before it was said.
+    #[serde(default)]
+    pub return_addresses: bool,
 }
 
 /// A whole run.

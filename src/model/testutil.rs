@@ -438,6 +438,7 @@ pub fn calibrated_run() -> Run {
             own_ns: OWN_NS as f64,
             error_ns: 40.0,
         }],
+        return_addresses: false,
     });
     run
 }

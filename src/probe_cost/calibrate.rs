@@ -40,6 +40,9 @@ pub struct Measured {
     pub rounds: u32,
     /// Wall time the calibration took, ms.
     pub elapsed_ms: f64,
+    /// Whether the calibrated entries read their return address (as a guarded run's or one
+    /// taking stacks do: ~90 ns more an entry).
+    pub return_addresses: bool,
 }
 
 /// Where a calibration made while a run goes on sends the run's own records it reads.
@@ -90,6 +93,7 @@ pub fn calibrate(
         calls,
         rounds: ROUNDS as u32,
         elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+        return_addresses: tracer.keeps_return_addresses(),
     })
 }
 

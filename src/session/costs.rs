@@ -194,6 +194,7 @@ pub(super) fn calibration(m: &Measured, at_end: Option<&Measured>) -> Calibratio
         load_end,
         contended: load_end > cpus,
         at_end: at_end.map(|e| e.classes.clone()).unwrap_or_default(),
+        return_addresses: m.return_addresses,
     }
 }
 
