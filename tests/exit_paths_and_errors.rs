@@ -134,6 +134,78 @@ fn every_exit_path_detaches_everything_and_leaves_the_target_unharmed() {
     finish_unharmed(fx);
 }
 
+/// A program that writes faster than wprof reads (here a reader slowed to ~10,000 records a
+/// second) never leaves the ring buffer empty: the run still ends at its --duration, says
+/// what it lost, and leaves nothing behind.
+#[test]
+fn a_reader_slower_than_the_program_still_ends_on_time() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let json = dir.path().join("slow.json");
+    let zero = [
+        "--write-us",
+        "0",
+        "--encode-us",
+        "0",
+        "--persist-us",
+        "0",
+        "--compress-us",
+        "0",
+        "--flush-us",
+        "0",
+        "--wal-us",
+        "0",
+        "--sync-us",
+        "0",
+    ];
+    let mut fx = spawn_waiting(
+        &fixture("writepath"),
+        &[&["--wait", "--iterations", "100000000"][..], &zero].concat(),
+    );
+    let mut w = wprof()
+        .env("WPROF_TEST_SLOW_READER_US", "100")
+        .args(["attach", "--target", "fixture", "--duration", "2s", "--pid"])
+        .arg(fx.id().to_string())
+        .arg("--json")
+        .arg(&json)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start wprof");
+    common::wait_attached(&mut w);
+    common::release(&mut fx);
+    let started = std::time::Instant::now();
+    let ended = loop {
+        if let Some(status) = w.try_wait().expect("wait wprof") {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(30) {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    if ended.is_none() {
+        let _ = w.kill();
+    }
+    let _ = fx.kill();
+    let _ = fx.wait();
+    let took = started.elapsed();
+    assert!(
+        ended.is_some_and(|s| s.success()),
+        "wprof with a slow reader did not end on its own in {took:?} (--duration 2s): {ended:?}"
+    );
+    let run_json = read_json(&json);
+    assert_eq!(run_json["provenance"]["end_reason"], "duration elapsed");
+    assert!(
+        run_json["counters"]["lost_spans"].as_u64().unwrap_or(0) > 0,
+        "the reader kept up, so this proves nothing: {}",
+        run_json["counters"]
+    );
+}
+
 fn expect_error(cmd: &mut Command, code: i32, needles: &[&str]) {
     let o = run(cmd);
     let err = String::from_utf8_lossy(&o.stderr);

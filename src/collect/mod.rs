@@ -18,6 +18,9 @@ use crate::aggregate::EndCounters;
 use crate::attach::copied_stacks::SharedStacks;
 use crate::attach::Tracer;
 
+/// The longest one [`Collector::drain`] reads before it returns.
+pub const DRAIN_BUDGET: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Reads span and node events from the ring buffer.
 pub struct Collector {
     ring: RingBuf<MapData>,
@@ -95,7 +98,7 @@ impl Collector {
     }
 
     /// Hands every available span, node definition and fork to `sink` and every stack record to
-    /// `stacks`; returns how many records were read.
+    /// `stacks`, for at most [`DRAIN_BUDGET`]; returns how many records were read.
     pub fn drain(
         &mut self,
         mut sink: impl FnMut(&Event),
@@ -109,6 +112,7 @@ impl Collector {
         const FORK: u32 = EventKind::Fork as u32;
         const MAPS_CHANGED: u32 = EventKind::MapsChanged as u32;
         const NODE_KEY: u32 = EventKind::NodeKey as u32;
+        let started = std::time::Instant::now();
         while let Some(item) = self.ring.next() {
             match record_kind(&item) {
                 // A thread's queued spans come as one record (`span_queue` in probes/).
@@ -133,6 +137,11 @@ impl Collector {
                 _ => {}
             }
             n += 1;
+            // A program that writes faster than wprof reads never leaves the ring empty: the
+            // caller must get back to its end conditions (duration, Ctrl-C) now and then.
+            if n % 1024 == 0 && started.elapsed() >= DRAIN_BUDGET {
+                break;
+            }
         }
         n
     }

@@ -406,7 +406,8 @@ impl<'c> Session<'c> {
                 .recalibrate(tracer, collector, c.ring_size, forward)
         };
         tracer.detach();
-        collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s));
+        // Nothing writes any more: read the ring to its end.
+        while collector.drain(|e| agg.add(e), |s| stack_sink.agg.add(s)) > 0 {}
         drain_queued(tracer, |e| agg.add(e)).context("read the calls still queued in BPF")?;
         agg.add_keys(collector.take_keys());
         labels.forks(&agg.take_forks());

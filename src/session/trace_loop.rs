@@ -180,6 +180,7 @@ pub fn run(
         hooks,
     } = sides;
     let progress = progress && std::io::stderr().is_terminal();
+    let slow = test_slow_reader();
     let start = Instant::now();
     let mut last_progress = start;
     let reason = loop {
@@ -190,7 +191,15 @@ pub fn run(
         };
         // SAFETY: one valid pollfd; EINTR (a signal) just ends this wait early.
         unsafe { libc::poll(&mut pfd, 1, POLL_MS) };
-        collector.drain(|e| agg.add(e), |s| stacks.agg.add(s));
+        collector.drain(
+            |e| {
+                if let Some(d) = slow {
+                    std::thread::sleep(d);
+                }
+                agg.add(e)
+            },
+            |s| stacks.agg.add(s),
+        );
         agg.add_keys(collector.take_keys());
         stacks.after_drain();
         labels.forks(&agg.take_forks());
@@ -224,4 +233,14 @@ pub fn run(
     }
     watch.reason = Some(reason);
     Ok(reason)
+}
+
+/// Test hook: `WPROF_TEST_SLOW_READER_US` makes the reader sleep that long for each record,
+/// so the tests can show a program writing faster than wprof reads still lets a run end.
+fn test_slow_reader() -> Option<Duration> {
+    std::env::var("WPROF_TEST_SLOW_READER_US")
+        .ok()?
+        .parse()
+        .ok()
+        .map(Duration::from_micros)
 }
