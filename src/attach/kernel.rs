@@ -137,6 +137,8 @@ impl Tracer {
         self.set_config(config::SCHED_NEXT_PID, next)?;
         let state = field_offset("sched/sched_switch", "prev_state").unwrap_or(32);
         self.set_config(config::SCHED_PREV_STATE, state)?;
+        let comm = field_offset("sched/sched_switch", "next_comm").unwrap_or(40);
+        self.set_config(config::SCHED_NEXT_COMM, comm)?;
         self.mark_own_threads()?;
         if stacks {
             self.keep_return_addresses()?;
@@ -151,15 +153,24 @@ impl Tracer {
         Ok(())
     }
 
-    /// Puts wprof's threads (those running now: the reader is the main one) in
-    /// `OWN_THREADS`, so that a traced thread preempted for one of them is known to have
-    /// waited for wprof.
-    fn mark_own_threads(&mut self) -> Result<()> {
-        let tids: Vec<u32> = std::fs::read_dir("/proc/self/task")
+    /// Makes `OWN_THREADS` hold wprof's threads running now (the reader is the main one), so
+    /// that a traced thread preempted for one of them is known to have waited for wprof.
+    /// Called again whenever wprof starts a thread during a run (the in-situ and budget
+    /// switches' detaching threads, the CPU sampler's): threads gone since are taken out.
+    pub(crate) fn mark_own_threads(&mut self) -> Result<()> {
+        let tids: std::collections::HashSet<u32> = std::fs::read_dir("/proc/self/task")
             .context("list /proc/self/task")?
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
         let mut own = self.own_threads_mut()?;
+        let gone: Vec<u32> = own
+            .keys()
+            .filter_map(Result::ok)
+            .filter(|t| !tids.contains(t))
+            .collect();
+        for tid in gone {
+            let _ = own.remove(&tid);
+        }
         for tid in tids {
             // A full map (64 threads) only leaves the rest unmarked.
             let _ = own.insert(&tid, &1u8, 0);
@@ -185,6 +196,7 @@ impl Tracer {
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
         let prog_fd = self.cpu_sample_program()?;
         self.sampler = Some(super::sampler::JitteredSampler::start(&cpus, hz, prog_fd)?);
+        self.mark_own_threads()?;
         Ok(cpus.len())
     }
 
@@ -273,13 +285,44 @@ impl Tracer {
 fn field_offset(event: &str, field: &str) -> Option<u64> {
     let format = tracefs()
         .and_then(|t| std::fs::read_to_string(t.join(format!("events/{event}/format"))).ok())?;
+    offset_in_format(&format, field)
+}
+
+/// Offset of `field` in a tracefs format text.
+fn offset_in_format(format: &str, field: &str) -> Option<u64> {
     format.lines().find_map(|l| {
         let l = l.trim();
-        if !l.contains(&format!(" {field};")) {
+        // `char next_comm[16];` names an array.
+        if !l.contains(&format!(" {field};")) && !l.contains(&format!(" {field}[")) {
             return None;
         }
         l.split(';')
             .find_map(|part| part.trim().strip_prefix("offset:"))
             .and_then(|v| v.parse().ok())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::offset_in_format;
+
+    /// sched:sched_switch's format on 6.1 and 6.18.
+    const SCHED_SWITCH: &str = "name: sched_switch
+ID: 316
+format:
+	field:unsigned short common_type;	offset:0;	size:2;	signed:0;
+	field:char prev_comm[16];	offset:8;	size:16;	signed:0;
+	field:pid_t prev_pid;	offset:24;	size:4;	signed:1;
+	field:long prev_state;	offset:32;	size:8;	signed:1;
+	field:char next_comm[16];	offset:40;	size:16;	signed:0;
+	field:pid_t next_pid;	offset:56;	size:4;	signed:1;
+";
+
+    #[test]
+    fn fields_and_arrays_are_found_by_name() {
+        assert_eq!(offset_in_format(SCHED_SWITCH, "prev_state"), Some(32));
+        assert_eq!(offset_in_format(SCHED_SWITCH, "next_pid"), Some(56));
+        assert_eq!(offset_in_format(SCHED_SWITCH, "next_comm"), Some(40));
+        assert_eq!(offset_in_format(SCHED_SWITCH, "next"), None);
+    }
 }

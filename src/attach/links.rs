@@ -51,6 +51,8 @@ impl Tracer {
             .name("wprof-detach".into())
             .spawn(move || release_in_order(entries, returns, settle))
             .context("start a thread to detach probes")?;
+        // A traced thread that waits for it waits for wprof.
+        self.mark_own_threads()?;
         Ok(Detaching { thread })
     }
 

@@ -526,8 +526,10 @@ pub mod config {
     /// no off-CPU records, and only threads inside a phase are followed off the CPU. 0 for
     /// `--off-cpu`, which wants the stacks.
     pub const OFF_CPU_STACKLESS: u32 = 12;
+    /// Offset of `next_comm` in the sched:sched_switch record (`char[16]`).
+    pub const SCHED_NEXT_COMM: u32 = 13;
     /// Number of entries.
-    pub const COUNT: u32 = 13;
+    pub const COUNT: u32 = 14;
 }
 
 /// Indices of the global counters (a per-CPU array summed by userspace).

@@ -160,7 +160,7 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
             .is_ok_and(|state| state & SLEEP_STATES == 0);
         let preempted = if !runnable {
             0
-        } else if OWN_THREADS.get_ptr(&next_tid).is_some() {
+        } else if OWN_THREADS.get_ptr(&next_tid).is_some() || wprof_helper(ctx) {
             PREEMPTED_BY_WPROF
         } else {
             PREEMPTED
@@ -217,6 +217,17 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
         emit_off_cpu(start.pid_tgid, off, start.user_stack, start.kernel_stack);
     }
     0
+}
+
+/// Whether the thread sched_switch hands the CPU to is one of wprof's helper threads, named
+/// `wprof-…` (those a helper starts inherit the name): they come and go during a run (the
+/// in-situ and budget switches' detaching threads), so `OWN_THREADS`, filled by userspace,
+/// can miss them.
+#[inline(always)]
+fn wprof_helper(ctx: &TracePointContext) -> bool {
+    let off = CONFIG.get(config::SCHED_NEXT_COMM).copied().unwrap_or(40) as usize;
+    // SAFETY: reads the first 8 bytes of `next_comm` at the offset its tracefs format gives.
+    unsafe { ctx.read_at::<[u8; 8]>(off & 0xff) }.is_ok_and(|c| c[..6] == *b"wprof-")
 }
 
 /// Whether thread `key` has a phase open (its stack of phases is not empty).
