@@ -226,8 +226,12 @@ pub(crate) fn sched_switch(ctx: &TracePointContext) -> u32 {
 #[inline(always)]
 fn wprof_helper(ctx: &TracePointContext) -> bool {
     let off = CONFIG.get(config::SCHED_NEXT_COMM).copied().unwrap_or(40) as usize;
+    // Its first six bytes against "wprof-", as one little-endian word (a byte array read
+    // compiled to code the verifier refused).
+    const PREFIX: u64 = u64::from_le_bytes(*b"wprof-\0\0");
+    const MASK: u64 = 0xffff_ffff_ffff;
     // SAFETY: reads the first 8 bytes of `next_comm` at the offset its tracefs format gives.
-    unsafe { ctx.read_at::<[u8; 8]>(off & 0xff) }.is_ok_and(|c| c[..6] == *b"wprof-")
+    unsafe { ctx.read_at::<u64>(off & 0xff) }.is_ok_and(|c| c & MASK == PREFIX)
 }
 
 /// Whether thread `key` has a phase open (its stack of phases is not empty).
