@@ -145,37 +145,21 @@ fn a_reader_slower_than_the_program_still_ends_on_time() {
     let _g = bpf_lock();
     let dir = tempdir();
     let json = dir.path().join("slow.json");
-    let zero = [
-        "--write-us",
-        "0",
-        "--encode-us",
-        "0",
-        "--persist-us",
-        "0",
-        "--compress-us",
-        "0",
-        "--flush-us",
-        "0",
-        "--wal-us",
-        "0",
-        "--sync-us",
-        "0",
-    ];
     let mut fx = spawn_waiting(
         &fixture("writepath"),
-        &[&["--wait", "--iterations", "100000000"][..], &zero].concat(),
+        &[
+            &["--wait", "--iterations", "100000000"][..],
+            common::ZERO_SPINS,
+        ]
+        .concat(),
     );
-    let mut w = wprof()
-        .env("WPROF_TEST_SLOW_READER_US", "100")
-        .args(["attach", "--target", "fixture", "--duration", "2s", "--pid"])
-        .arg(fx.id().to_string())
-        .arg("--json")
-        .arg(&json)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start wprof");
-    common::wait_attached(&mut w);
+    let mut w = common::start_attach_with(
+        &["--duration", "2s"],
+        "fixture",
+        fx.id(),
+        &json,
+        &[("WPROF_TEST_SLOW_READER_US", "100")],
+    );
     common::release(&mut fx);
     let started = std::time::Instant::now();
     let ended = loop {

@@ -252,23 +252,7 @@ fn attach_in_kernel_mode_counts_every_call() {
     let dir = tempdir();
     let json = dir.path().join("run.json");
     let mut fx = spawn_waiting(&fixture("writepath"), &["--wait", "--iterations", "500"]);
-    let mut w = wprof()
-        .args([
-            "attach",
-            "--target",
-            "fixture",
-            "--aggregate",
-            "kernel",
-            "--pid",
-        ])
-        .arg(fx.id().to_string())
-        .arg("--json")
-        .arg(&json)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("start wprof");
-    wait_attached(&mut w);
+    let w = start_attach_with(&["--aggregate", "kernel"], "fixture", fx.id(), &json, &[]);
     release(&mut fx);
     let f = fx.wait_with_output().expect("fixture");
     assert!(f.status.success(), "{}", text(&f));

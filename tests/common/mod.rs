@@ -277,15 +277,22 @@ pub fn wprof_leftovers(prog_ids: &[u64]) -> Vec<String> {
 /// Starts `wprof attach --target TARGET --pid PID --json JSON` and returns once its probes
 /// are live.
 pub fn start_attach(target: &str, pid: u32, json: &Path) -> Child {
+    start_attach_with(&[], target, pid, json, &[])
+}
+
+/// [`start_attach`] with `options` after `attach` and `env` set for wprof.
+pub fn start_attach_with(
+    options: &[&str],
+    target: &str,
+    pid: u32,
+    json: &Path,
+    env: &[(&str, &str)],
+) -> Child {
     let mut w = wprof()
-        .args([
-            "attach",
-            "--target",
-            target,
-            "--pid",
-            &pid.to_string(),
-            "--json",
-        ])
+        .envs(env.iter().copied())
+        .arg("attach")
+        .args(options)
+        .args(["--target", target, "--pid", &pid.to_string(), "--json"])
         .arg(json)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
