@@ -196,7 +196,8 @@ impl Tracer {
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
         let prog_fd = self.cpu_sample_program()?;
         self.sampler = Some(super::sampler::JitteredSampler::start(&cpus, hz, prog_fd)?);
-        self.mark_own_threads()?;
+        // Its threads are wprof's (a failure leaves them to their names, `wprof-…`).
+        let _ = self.mark_own_threads();
         Ok(cpus.len())
     }
 
