@@ -610,38 +610,19 @@ impl Aggregator {
 
     /// Builds the tree. `names[i]` and `roles[i]` describe phase id `i`.
     pub fn finish(
-        self,
+        mut self,
         names: &[String],
         roles: &[Option<String>],
         end: &EndCounters,
     ) -> PhaseTree {
         let (children, roots) = self.shape();
-        let Aggregator {
-            defs,
-            mut stats,
-            events,
-            off_cpu: self_off_cpu,
-            preemption,
-            units,
-            keys,
-            ..
-        } = self;
+        let mut stats = std::mem::take(&mut self.stats);
         let orphan_spans = stats
             .iter()
-            .filter(|(n, _)| !defs.contains_key(n))
+            .filter(|(n, _)| !self.defs.contains_key(n))
             .map(|(_, s)| s.count)
             .sum();
-        let build = Builder {
-            off_cpu: self_off_cpu,
-            preemption,
-            defs: &defs,
-            keys: &keys,
-            children: &children,
-            names,
-            roles,
-            units: &units,
-            end,
-        };
+        let build = self.builder(&children, names, roles, end);
         let mut roots: Vec<TreeNode> = roots
             .into_iter()
             .map(|n| build.node(n, &mut stats))
@@ -650,7 +631,7 @@ impl Aggregator {
         PhaseTree {
             roots,
             orphan_spans,
-            events,
+            events: self.events,
         }
     }
 }

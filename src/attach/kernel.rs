@@ -153,24 +153,16 @@ impl Tracer {
         Ok(())
     }
 
-    /// Makes `OWN_THREADS` hold wprof's threads running now (the reader is the main one), so
-    /// that a traced thread preempted for one of them is known to have waited for wprof.
-    /// Called again whenever wprof starts a thread during a run (the in-situ and budget
-    /// switches' detaching threads, the CPU sampler's): threads gone since are taken out.
-    pub(crate) fn mark_own_threads(&mut self) -> Result<()> {
-        let tids: std::collections::HashSet<u32> = std::fs::read_dir("/proc/self/task")
+    /// Puts wprof's threads running now in `OWN_THREADS` (the reader, the main one, whose
+    /// name is the binary's), so that a traced thread preempted for one of them is known to
+    /// have waited for wprof. Helper threads started later are known by their `wprof-…`
+    /// names in BPF (`wprof_helper`).
+    fn mark_own_threads(&mut self) -> Result<()> {
+        let tids: Vec<u32> = std::fs::read_dir("/proc/self/task")
             .context("list /proc/self/task")?
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
         let mut own = self.own_threads_mut()?;
-        let gone: Vec<u32> = own
-            .keys()
-            .filter_map(Result::ok)
-            .filter(|t| !tids.contains(t))
-            .collect();
-        for tid in gone {
-            let _ = own.remove(&tid);
-        }
         for tid in tids {
             // A full map (64 threads) only leaves the rest unmarked.
             let _ = own.insert(&tid, &1u8, 0);
@@ -196,8 +188,6 @@ impl Tracer {
             aya::util::online_cpus().map_err(|(what, e)| anyhow::anyhow!("read {what}: {e}"))?;
         let prog_fd = self.cpu_sample_program()?;
         self.sampler = Some(super::sampler::JitteredSampler::start(&cpus, hz, prog_fd)?);
-        // Its threads are wprof's (a failure leaves them to their names, `wprof-…`).
-        let _ = self.mark_own_threads();
         Ok(cpus.len())
     }
 

@@ -51,9 +51,6 @@ impl Tracer {
             .name("wprof-detach".into())
             .spawn(move || release_in_order(entries, returns, settle))
             .context("start a thread to detach probes")?;
-        // A traced thread that waits for it waits for wprof (a failure leaves it to its
-        // name: sched_switch also knows `wprof-…` threads).
-        let _ = self.mark_own_threads();
         Ok(Detaching { thread })
     }
 
