@@ -400,6 +400,9 @@ fn a_corrected_run_takes_the_probes_preemptions_out_without_off_cpu() {
         line.contains("the probes'") && !line.contains("off the CPU"),
         "{line}"
     );
+    // A command wprof starts never ran untraced: no baseline, the draw's odds alone.
+    assert!(runj["probe_cost"].get("preemption_baseline").is_none());
+    assert!(!line.contains("untraced odds"), "{line}");
 
     let (out, runj) = record_with(&["--keep-preemptions"], &args);
     let w = node(&runj, &["write_record"]);
@@ -408,6 +411,72 @@ fn a_corrected_run_takes_the_probes_preemptions_out_without_off_cpu() {
         "{w}"
     );
     assert!(!text(&out).contains("preemptions followed"));
+}
+
+/// `wprof attach` to a running program watches its threads for a quarter of a second before
+/// the probes go live (the kernel's schedstat: time on the CPU, time runnable) and keeps the
+/// program's own preemptions at those untraced odds (`aggregate::preempted`; the odds
+/// themselves are held by its unit tests). Here: the fixture's short phases on as many
+/// threads as CPUs, so the traced threads wait mostly for wprof's reader (taken out whole)
+/// and, untraced, hardly at all (0.1-0.5% of their time on the CPU on this host).
+#[test]
+fn an_attach_keeps_preemptions_at_the_untraced_threads_odds() {
+    if !bpf_available() {
+        return;
+    }
+    let _lock = bpf_lock();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = cpus.to_string();
+    let args = [
+        &["--wait", "--iterations", "100000000", "--threads", &threads][..],
+        common::ZERO_SPINS,
+    ]
+    .concat();
+    let mut fx = spawn_waiting(&fixture("writepath"), &args);
+    release(&mut fx);
+    let dir = tempdir();
+    let json = dir.path().join("attach.json");
+    let out = run(wprof()
+        .args(["attach", "--target", "fixture", "--duration", "2s", "--pid"])
+        .arg(fx.id().to_string())
+        .arg("--json")
+        .arg(&json));
+    let _ = fx.kill();
+    let _ = fx.wait();
+    assert!(out.status.success(), "{}", text(&out));
+    let runj = read_json(&json);
+    let b = &runj["probe_cost"]["preemption_baseline"];
+    let window = b["window_ms"].as_f64().unwrap_or(0.0);
+    assert!((240.0..1000.0).contains(&window), "{b}");
+    // Every fixture thread ran through the window, busy: most of it on the CPU each.
+    assert!(
+        u(b, "threads") as usize >= cpus && u(b, "cpu_ns") as f64 >= 0.5e6 * window,
+        "{b}"
+    );
+    let untraced = u(b, "wait_ns") as f64 / u(b, "cpu_ns") as f64;
+    let w = node(&runj, &["write_record"]);
+    let (preempted, taken) = (u(w, "preempted_ns"), u(&w["corrected"], "preempted_ns"));
+    // What the root calls ran on the CPU, as the baseline's traced side counted it.
+    assert!(
+        u(b, "traced_cpu_ns") + preempted >= u(w, "total_ns") / 2,
+        "{b} against {w}"
+    );
+    // The preemption the corrected writes kept, per ns they ran on the CPU: about the
+    // untraced threads' rate (a few long waits decide it: up to 3× it, plus 1% for a host
+    // whose untraced threads never waited in the window).
+    let kept = (preempted - taken.min(preempted)) as f64;
+    let on_cpu = u(&w["corrected"], "total_ns") as f64 - kept;
+    assert!(
+        kept <= (3.0 * untraced + 0.01) * on_cpu,
+        "kept {kept:.0} ns preempted of {on_cpu:.0} ns on the CPU; untraced the threads \
+         waited {untraced:.4} ns a ns\n{}",
+        summary(&runj)
+    );
+    let err = text(&out);
+    assert!(
+        err.contains("untraced odds: its threads waited"),
+        "no baseline in the footer:\n{err}"
+    );
 }
 
 #[test]

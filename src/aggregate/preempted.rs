@@ -42,12 +42,50 @@ use wprof_common::Event;
 ///
 /// Spans of a stack of calls (a thread's, or a goroutine's) arrive children first, so a call's
 /// children have all been seen when it comes.
+///
+/// Where the threads' wait for a CPU was measured before the probes went live (a
+/// [`WaitBaseline`], `wprof attach`), a preemption in the program's own time is kept only at
+/// the odds the untraced thread had: the draw's chance of keeping it is scaled by the
+/// thread's untraced wait per ns on the CPU over its traced one (its calls so far, wprof's
+/// threads aside). A traced host is busier than an untraced one (wprof's reader, the probed
+/// threads' longer calls crowding each other): on db_bench the writer waited 12-24% of its
+/// time on the CPU while traced, 2-4% untraced, and the draw alone kept 3-5× the preemption
+/// an untraced write has (benchmarks §40).
 #[derive(Debug, Default)]
 pub struct Carry {
     /// Per stack of calls, per depth: the completed calls at that depth under their open
     /// parent.
     by_stack: HashMap<u64, Vec<Level>>,
+    /// The threads' wait for a CPU before the probes went live, when measured.
+    baseline: Option<WaitBaseline>,
+    /// Per thread (process id, thread id): its root calls' time on the CPU and preempted time (not given to wprof's
+    /// threads) so far.
+    traced: HashMap<(u32, u32), ThreadWait>,
 }
+
+/// What threads waited for a CPU per ns on it, untraced: by thread, and by process for the
+/// threads that started later or ran too little to say.
+#[derive(Debug, Clone, Default)]
+pub struct WaitBaseline {
+    /// Per thread id.
+    pub by_tid: HashMap<u32, f64>,
+    /// Per process id.
+    pub by_pid: HashMap<u32, f64>,
+}
+
+/// A thread's time on the CPU and time preempted, ns.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ThreadWait {
+    /// Time on the CPU (the probes' included).
+    pub on_cpu: u64,
+    /// Time runnable, waiting for a CPU (wprof's threads' share left out).
+    pub preempted: u64,
+}
+
+/// How much of a thread's first calls stands in for its traced rate before they say it: its
+/// untraced rate over this much time on the CPU, so a thread's first preemptions are kept at
+/// the draw's own odds rather than at a rate read off one call.
+const PRIOR_ON_CPU_NS: f64 = 20e6;
 
 /// The completed calls at one depth under one open parent.
 #[derive(Debug, Clone, Copy, Default)]
@@ -68,6 +106,45 @@ struct Level {
 }
 
 impl Carry {
+    /// Keeps preemptions only at the odds `baseline` gives the untraced threads.
+    pub fn set_baseline(&mut self, baseline: WaitBaseline) {
+        self.baseline = Some(baseline);
+    }
+
+    /// The root calls' time on the CPU and preempted time, summed over the threads the
+    /// baseline knows (their own figure or their process's); None without a baseline.
+    pub fn traced_wait(&self) -> Option<ThreadWait> {
+        let b = self.baseline.as_ref()?;
+        Some(
+            (self.traced.iter())
+                .filter(|((pid, tid), _)| b.by_tid.contains_key(tid) || b.by_pid.contains_key(pid))
+                .fold(ThreadWait::default(), |a, (_, t)| ThreadWait {
+                    on_cpu: a.on_cpu + t.on_cpu,
+                    preempted: a.preempted + t.preempted,
+                }),
+        )
+    }
+
+    /// The share of a preemption in the program's own time to keep on `ev`'s thread beyond
+    /// the draw's: its untraced wait per ns on the CPU over its traced one, at most 1 (1 with
+    /// no baseline for it).
+    fn kept_at_untraced_odds(&self, ev: &Event) -> f64 {
+        let Some(b) = &self.baseline else {
+            return 1.0;
+        };
+        let Some(&untraced) = b.by_tid.get(&ev.tid).or_else(|| b.by_pid.get(&ev.pid)) else {
+            return 1.0;
+        };
+        let t = (self.traced.get(&(ev.pid, ev.tid)).copied()).unwrap_or_default();
+        let traced =
+            (t.preempted as f64 + untraced * PRIOR_ON_CPU_NS) / (t.on_cpu as f64 + PRIOR_ON_CPU_NS);
+        if traced > 0.0 {
+            (untraced / traced).min(1.0)
+        } else {
+            1.0
+        }
+    }
+
     /// The part of span `ev`'s preempted time to take out of its corrected time: what it
     /// waited for wprof's threads, what its children took of the rest, and the rest of the
     /// rest if the draw for its self time says so. `removed` is the probe time inside its window; `usual_ns` the node's mean call
@@ -81,6 +158,8 @@ impl Carry {
         removed: u64,
         usual_ns: impl FnOnce() -> Option<u64>,
     ) -> u64 {
+        // Two lookups a span, only where a baseline was measured.
+        let odds = self.kept_at_untraced_odds(ev);
         let levels = self.by_stack.entry(ev.stack_key()).or_default();
         let d = ev.depth as usize;
         if levels.len() < d + 2 {
@@ -101,7 +180,13 @@ impl Carry {
             on_cpu = usual_ns().map_or(on_cpu, |u| on_cpu.min(u));
             let self_removed = removed.saturating_sub(kids.removed);
             let self_on_cpu = on_cpu.saturating_sub(kids.on_cpu).max(self_removed);
-            if self_removed > 0 && draw(ev) * (self_on_cpu as f64) < self_removed as f64 {
+            let probes = if self_removed > 0 {
+                self_removed as f64 / self_on_cpu as f64
+            } else {
+                0.0
+            };
+            let kept = (1.0 - probes) * odds;
+            if draw(ev) < 1.0 - kept {
                 taken += own;
             }
         }
@@ -109,6 +194,9 @@ impl Carry {
         if d == 0 {
             // Nothing of this stack is open any more.
             levels.clear();
+            let t = self.traced.entry((ev.pid, ev.tid)).or_default();
+            t.on_cpu += ev.dur_ns.saturating_sub(ev.off_ns);
+            t.preempted += rest;
             return wprof + taken;
         }
         let level = &mut levels[d];
@@ -280,5 +368,52 @@ mod tests {
         // preempted time is the probes' doing, the earlier child's decision included.
         let (_, parent) = nested(1, 0, 1_000_000);
         assert_eq!(carry.taken(&parent, 0, || None), 0);
+    }
+
+    #[test]
+    fn a_baseline_keeps_preemptions_at_the_untraced_threads_odds() {
+        // Calls of 20 µs on the CPU, 15 of them probes, preempted for 1 ms once in 100 calls:
+        // traced, the thread waits 1e6 / (100 × 20e3) = 0.5 ns a ns on the CPU.
+        let run = |baseline: Option<f64>| {
+            let mut carry = Carry::default();
+            if let Some(rate) = baseline {
+                let mut b = WaitBaseline::default();
+                b.by_tid.insert(7, rate);
+                carry.set_baseline(b);
+            }
+            let n = 400_000u64;
+            let kept: u64 = (0..n)
+                .map(|i| {
+                    let pre = if i % 100 == 0 { 1_000_000 } else { 0 };
+                    let c = call(i, 20_000 + pre, pre, pre);
+                    pre - carry.taken(&c, 15_000, || None)
+                })
+                .sum();
+            (kept as f64 / n as f64, carry.traced_wait())
+        };
+        // No baseline: the draw keeps the program's quarter, 2.5 µs a call.
+        let (kept, traced) = run(None);
+        assert!((kept - 2_500.0).abs() < 150.0, "{kept}");
+        assert_eq!(traced, None);
+        // Untraced the thread waited 0.05 ns a ns on the CPU: its 5 µs of own time a call
+        // keep 0.25 µs, a tenth of what the draw alone kept.
+        let (kept, traced) = run(Some(0.05));
+        assert!((kept - 250.0).abs() < 40.0, "{kept}");
+        let t = traced.unwrap();
+        assert_eq!(t.on_cpu, 400_000 * 20_000);
+        assert_eq!(t.preempted, 4_000 * 1_000_000);
+        // A thread that waited more untraced than traced keeps the draw's odds, no more.
+        let (kept, _) = run(Some(0.9));
+        assert!((kept - 2_500.0).abs() < 150.0, "{kept}");
+        // A baseline for another thread changes nothing here.
+        let mut carry = Carry::default();
+        let mut b = WaitBaseline::default();
+        b.by_tid.insert(8, 0.0);
+        carry.set_baseline(b);
+        let c = call(0, 1_020_000, 1_000_000, 1_000_000);
+        assert_eq!(
+            carry.taken(&c, 15_000, || None),
+            Carry::default().taken(&c, 15_000, || None)
+        );
     }
 }

@@ -395,6 +395,18 @@ impl Aggregator {
         self.preemption = true;
     }
 
+    /// Keeps the program's own preemptions only at the odds `baseline` (the threads' wait
+    /// for a CPU before the probes went live) gives them (`preempted::Carry`).
+    pub fn set_wait_baseline(&mut self, baseline: super::preempted::WaitBaseline) {
+        self.carry.set_baseline(baseline);
+    }
+
+    /// The root calls' time on the CPU and preempted time (wprof's threads' share aside) of
+    /// the threads a wait baseline covers; None without one.
+    pub fn traced_wait(&self) -> Option<super::preempted::ThreadWait> {
+        self.carry.traced_wait()
+    }
+
     /// `node` and its ancestors up to its root, innermost first, as far as their definitions
     /// arrived (bounded by the BPF stack depth).
     fn ancestry(&self, node: u64) -> impl Iterator<Item = (u64, &NodeDef)> {

@@ -33,8 +33,8 @@ pub use histogram::{
 pub use hypothesis::{Bound, Hypothesis, Kind, Outcome, Standing, Verdict};
 pub use insitu::InSituCheck;
 pub use run::{
-    Aggregation, Calibration, Counters, InSituProbeTime, ObjectInfo, PhaseInfo, ProbeCost,
-    ProcessRun, ProgressCheck, Provenance, RootExcess, Run, SourceRun, UnwindCounters,
+    Aggregation, Calibration, Counters, InSituProbeTime, ObjectInfo, PhaseInfo, PreemptionBaseline,
+    ProbeCost, ProcessRun, ProgressCheck, Provenance, RootExcess, Run, SourceRun, UnwindCounters,
     SCHEMA_VERSION,
 };
 pub use sampled::SampledShare;

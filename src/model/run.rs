@@ -251,6 +251,43 @@ pub struct ProbeCost {
     /// taken while it was open. None: not measured (no sampler, no budget, or it failed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sample_ns: Option<f64>,
+    /// What the traced threads waited for a CPU before the probes went live and while they
+    /// were (`wprof attach` with preemptions followed): the corrected times keep the
+    /// program's preemptions only at the untraced odds. None: not measured (a command wprof
+    /// starts, `--keep-preemptions`, or the processes ran too little in the window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption_baseline: Option<PreemptionBaseline>,
+}
+
+/// The traced threads' wait for a CPU, runnable (`session::untraced_wait`): before the
+/// probes went live, from the kernel's per-thread schedstat, and while they were, from the
+/// root calls (wprof's own threads' share left out).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct PreemptionBaseline {
+    /// How long the untraced threads were watched, ms.
+    pub window_ms: f64,
+    /// Threads that ran in that window.
+    pub threads: u32,
+    /// Their time on the CPU in it, ns.
+    pub cpu_ns: u64,
+    /// Their time runnable, waiting for a CPU, in it, ns.
+    pub wait_ns: u64,
+    /// The traced root calls' time on the CPU (the probes' included), ns.
+    pub traced_cpu_ns: u64,
+    /// Their time preempted, ns (waits for wprof's own threads left out).
+    pub traced_wait_ns: u64,
+}
+
+impl PreemptionBaseline {
+    /// Untraced wait per ns on the CPU.
+    pub fn untraced_rate(&self) -> f64 {
+        self.wait_ns as f64 / self.cpu_ns.max(1) as f64
+    }
+
+    /// Traced wait per ns on the CPU (None before any traced call).
+    pub fn traced_rate(&self) -> Option<f64> {
+        (self.traced_cpu_ns > 0).then(|| self.traced_wait_ns as f64 / self.traced_cpu_ns as f64)
+    }
 }
 
 /// The probed threads' work (read and write calls, waits) per CPU second in the duty cycle's

@@ -278,6 +278,7 @@ pub fn sample_run() -> Run {
             in_situ: None,
             progress: None,
             sample_ns: None,
+            preemption_baseline: None,
         },
         tree,
         calls: sample_calls(),

@@ -3,7 +3,8 @@
 //! wprof starts itself as a target (`wprof __calibrate`, see [`super::targets`]), times six
 //! tiny functions there — one per entry cost class and return mode — without probes, then
 //! attaches its real programs to them and times them again in rounds. Per combination:
-//! - `pair_ns` = traced − untraced time per call, by the child's own clock: the whole cost
+//! - `pair_ns` = traced − untraced time per call, by the child thread's own CPU clock (a
+//!   preemption in a round is not the probes'): the whole cost
 //!   of one entry + return, which is what an enclosing phase's window contains;
 //! - `own_ns` = the median span BPF measured for the (empty) function − its untraced time:
 //!   the part of the cost inside the call's own window;

@@ -8,6 +8,7 @@ mod calibrate;
 pub mod targets;
 
 pub use calibrate::{calibrate, Forward, Measured};
+pub use targets::thread_cpu_ns;
 
 use crate::model::profile::ReturnMode;
 use crate::model::{ClassCost, CostClass};

@@ -7,7 +7,6 @@
 //! how the kernel handles the probe — cannot change with the compiler.
 
 use std::io::{BufRead, Write};
-use std::time::Instant;
 
 /// The hidden first argument that makes wprof run as the calibration target.
 pub const CHILD_ARG: &str = "__calibrate";
@@ -85,13 +84,28 @@ impl Target {
     }
 
     /// Calls the function `n` times inside [`wprof_calib_outer`]; returns the mean ns per
-    /// call.
+    /// call on this thread's CPU clock. A trap is the thread's own time on the CPU; a
+    /// preemption is not, and by the wall clock one landing in a round of ~600 calls priced
+    /// each ~7 µs higher: beside db_bench filling both CPUs, calibrations read a pair at
+    /// 1.7-4.5 µs (benchmarks §40).
     fn time(&self, n: u64) -> f64 {
         let outer = std::hint::black_box(wprof_calib_outer as extern "C" fn(_, _) -> u64);
-        let t0 = Instant::now();
+        let t0 = thread_cpu_ns();
         std::hint::black_box(outer(self.f, n));
-        t0.elapsed().as_nanos() as f64 / n.max(1) as f64
+        thread_cpu_ns().saturating_sub(t0) as f64 / n.max(1) as f64
     }
+}
+
+/// This thread's CPU time so far, ns (`CLOCK_THREAD_CPUTIME_ID`: its time on the CPU, in
+/// user and kernel mode, without the time it was preempted).
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a timespec to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Calls `f` `n` times. The parent probes it too, so the calibration calls run nested inside

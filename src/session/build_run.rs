@@ -60,6 +60,8 @@ pub(super) struct Traced {
     pub progress: Option<crate::model::ProgressCheck>,
     /// What one CPU sample costs the thread it interrupts, ns (0: not measured).
     pub sample_ns: f64,
+    /// The threads' wait for a CPU untraced and traced, when measured before attaching.
+    pub preemption_baseline: Option<crate::model::PreemptionBaseline>,
 }
 
 /// The [`Run`] of a traced run that started at `started`. Its provenance names no pid and no
@@ -88,6 +90,7 @@ pub(super) fn build_run(
         probe_time,
         progress,
         sample_ns,
+        preemption_baseline,
     } = traced;
     let names = phase_names(profile);
     let roles: Vec<Option<String>> = profile.phases.iter().map(|p| p.role.clone()).collect();
@@ -157,6 +160,7 @@ pub(super) fn build_run(
             in_situ: probe_time,
             progress,
             sample_ns: (sample_ns > 0.0).then_some(sample_ns),
+            preemption_baseline,
         },
         calls,
         spans,

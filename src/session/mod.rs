@@ -35,20 +35,7 @@ mod stacks;
 mod target;
 mod trace;
 mod trace_loop;
-
-/// This thread's CPU time so far, ns, from its own clock (`CLOCK_THREAD_CPUTIME_ID`, not
-/// /proc, which the code under test reads): tests spin for CPU time, not wall time, since on
-/// a loaded host wall time can leave a thread too little CPU for a reading.
-#[cfg(test)]
-fn this_thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+mod untraced_wait;
 
 use anyhow::Result;
 

@@ -26,13 +26,7 @@ impl ProbedThreads {
     pub fn new(pids: &[u32]) -> ProbedThreads {
         let mut at_start = HashMap::new();
         for &pid in pids {
-            let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-                continue;
-            };
-            for tid in tasks
-                .flatten()
-                .filter_map(|t| t.file_name().to_str()?.parse().ok())
-            {
+            for tid in tids_of(pid) {
                 if let Some(ns) = thread_cpu_ns(pid, tid) {
                     at_start.insert(key(pid, tid), ns);
                 }
@@ -100,6 +94,16 @@ fn key(pid: u32, tid: u32) -> u64 {
 }
 
 /// User + system CPU time of one thread, ns; None once it is gone.
+/// The threads of process `pid` now (none when it is gone).
+pub(super) fn tids_of(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    (tasks.flatten())
+        .filter_map(|t| t.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 fn thread_cpu_ns(pid: u32, tid: u32) -> Option<u64> {
     stat_cpu_ns(&format!("/proc/{pid}/task/{tid}/stat"))
 }
@@ -118,9 +122,9 @@ mod tests {
         // Spins until this thread has had `ms` of CPU time, not of wall time: on a loaded host
         // (a CI run next to it) 60 ms of wall time gave it less than 40 ms of CPU.
         let spin = |ms: u64| {
-            let end = crate::session::this_thread_cpu_ns() + ms * 1_000_000;
+            let end = crate::probe_cost::thread_cpu_ns() + ms * 1_000_000;
             let mut x = 0u64;
-            while crate::session::this_thread_cpu_ns() < end {
+            while crate::probe_cost::thread_cpu_ns() < end {
                 x = std::hint::black_box(x.wrapping_add(1));
             }
         };

@@ -336,18 +336,18 @@ mod tests {
             .write(true)
             .open("/dev/null")
             .expect("/dev/null");
-        let cpu_before = crate::session::this_thread_cpu_ns();
+        let cpu_before = crate::probe_cost::thread_cpu_ns();
         let end = cpu_before + ms * 1_000_000;
         let mut x = 1u64;
         let mut writes = 0;
-        while crate::session::this_thread_cpu_ns() < end {
+        while crate::probe_cost::thread_cpu_ns() < end {
             for _ in 0..spin {
                 x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
             }
             null.write_all(&x.to_le_bytes()).expect("write");
             writes += 1;
         }
-        (writes, crate::session::this_thread_cpu_ns() - cpu_before)
+        (writes, crate::probe_cost::thread_cpu_ns() - cpu_before)
     }
 
     #[test]

@@ -18,14 +18,17 @@ use super::hooks::{AutoSwitch, RunHooks};
 use super::late::{self, LateAttach};
 use super::target::{Checked, Target};
 use super::trace_loop::{self, EndReason, Watch};
-use super::{budget, instances, overhead, processes, sampler_budget, snapshots, stacks};
+use super::{
+    budget, instances, overhead, processes, sampler_budget, snapshots, stacks, untraced_wait,
+};
+use crate::aggregate::preempted::WaitBaseline;
 use crate::aggregate::{Aggregator, DEFAULT_MAX_SPANS};
 use crate::args::AggregateMode;
 use crate::attach::{process_alive, AttachSummary, Tracer};
 use crate::collect::{drain_queued, read_end_state, Collector};
 use crate::error::{exit, WprofError};
 use crate::model::profile::Profile;
-use crate::model::{Run, UnitSpec};
+use crate::model::{PreemptionBaseline, Run, UnitSpec};
 use crate::probe_cost;
 use crate::resolve::{self, ResolvedPhase, Scope, Status};
 
@@ -45,6 +48,9 @@ pub struct Session<'c> {
     /// Whether sched_switch follows the traced threads' preemptions (`--off-cpu`, or a
     /// corrected run's default when it could attach).
     preemption_followed: bool,
+    /// The threads' wait for a CPU before the probes went live (`untraced_wait`), when
+    /// measured.
+    wait_baseline: Option<(WaitBaseline, PreemptionBaseline)>,
 }
 
 /// How a traced run ended.
@@ -90,6 +96,7 @@ impl<'c> Session<'c> {
             sampler,
             server: None,
             preemption_followed: false,
+            wait_baseline: None,
         })
     }
 
@@ -105,7 +112,10 @@ impl<'c> Session<'c> {
         let pids = target.pids();
         let follow_forks = target.follows_forks();
         match &target {
-            Target::Pids { .. } => test_pause_before_attach(),
+            Target::Pids { .. } => {
+                test_pause_before_attach();
+                self.wait_baseline = self.watch_untraced_waits(&pids);
+            }
             Target::Child { .. } => instances::warn_other_tracers(&pids, &self.phases),
         }
         if follow_forks {
@@ -156,6 +166,15 @@ impl<'c> Session<'c> {
             status
         };
         Ok(Outcome { run, exit_code })
+    }
+
+    /// The threads of running processes, watched for [`untraced_wait::WINDOW`] before
+    /// anything attaches, when the run takes the probes' share of their preemptions out.
+    fn watch_untraced_waits(&self, pids: &[u32]) -> Option<(WaitBaseline, PreemptionBaseline)> {
+        let corrects = self.costs.own_ns().is_some();
+        (self.config.preemption && corrects)
+            .then(|| untraced_wait::measure(pids))
+            .flatten()
     }
 
     /// Attaches the unwind guard, the phases' probes and the kernel side to `pids`.
@@ -300,6 +319,13 @@ impl<'c> Session<'c> {
         } else if self.preemption_followed {
             agg.track_preemption();
         }
+        if let Some((b, _)) = self
+            .wait_baseline
+            .as_ref()
+            .filter(|_| self.preemption_followed)
+        {
+            agg.set_wait_baseline(b.clone());
+        }
         if c.per_pid {
             agg.track_per_pid();
         }
@@ -431,8 +457,19 @@ impl<'c> Session<'c> {
         let (cpu, off_cpu, sampled) = stack_sink
             .finish(tracer, &agg, names, &end, self.sampler.hz, c.off_cpu)
             .context("name the sampled stacks")?;
+        let preemption_baseline = (self.wait_baseline.as_ref())
+            .filter(|_| self.preemption_followed)
+            .map(|(_, b)| {
+                let traced = agg.traced_wait().unwrap_or_default();
+                PreemptionBaseline {
+                    traced_cpu_ns: traced.on_cpu,
+                    traced_wait_ns: traced.preempted,
+                    ..*b
+                }
+            });
         Ok(Traced {
             at_end,
+            preemption_baseline,
             agg,
             end,
             reason,

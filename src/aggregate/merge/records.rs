@@ -132,6 +132,7 @@ pub(super) fn probe_cost(sources: &[SourceRun]) -> ProbeCost {
         in_situ: None,
         progress: None,
         sample_ns: None,
+        preemption_baseline: None,
     }
 }
 
