@@ -28,7 +28,7 @@ use crate::symbolize::maps::ProcessMaps;
 const FIRST_ID: u32 = CALIBRATION_FIRST_PHASE;
 
 /// Timing rounds after the probes are attached.
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 21;
 
 /// What a calibration measured.
 #[derive(Debug, Clone)]
