@@ -110,6 +110,11 @@ record() {
     $W record --target fixture --json /tmp/record.json -- $FX $FX_ARGS \
         >/tmp/record.out 2>/tmp/record.err
     rc=$?
+    # a corrected run follows preemptions by default (sched_switch without stacks)
+    if [ "$rc" -eq 0 ] && ! grep -q 'preemptions followed' /tmp/record.err; then
+        echo "the corrected run did not follow preemptions"
+        rc=97
+    fi
     show /tmp/record.out
     show /tmp/record.err
     say "end record rc=$rc"
