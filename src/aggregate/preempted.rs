@@ -49,8 +49,8 @@ use wprof_common::Event;
 /// thread's untraced wait per ns on the CPU over its traced one (its calls so far, wprof's
 /// threads aside). A traced host is busier than an untraced one (wprof's reader, the probed
 /// threads' longer calls crowding each other): on db_bench the writer waited 12-24% of its
-/// time on the CPU while traced, 2-4% untraced, and the draw alone kept 3-5× the preemption
-/// an untraced write has (benchmarks §40).
+/// time on the CPU while traced, 2-4% untraced, and the draw alone kept 0.28-0.69 µs of
+/// preemption a write where the untraced rate gives 0.08-0.16 (benchmarks §40).
 #[derive(Debug, Default)]
 pub struct Carry {
     /// Per stack of calls, per depth: the completed calls at that depth under their open
@@ -58,8 +58,8 @@ pub struct Carry {
     by_stack: HashMap<u64, Vec<Level>>,
     /// The threads' wait for a CPU before the probes went live, when measured.
     baseline: Option<WaitBaseline>,
-    /// Per thread (process id, thread id): its root calls' time on the CPU and preempted time (not given to wprof's
-    /// threads) so far.
+    /// Per thread (process id, thread id): its root calls' time on the CPU and preempted
+    /// time (not given to wprof's threads) so far.
     traced: HashMap<(u32, u32), ThreadWait>,
 }
 
@@ -125,26 +125,6 @@ impl Carry {
         )
     }
 
-    /// The share of a preemption in the program's own time to keep on `ev`'s thread beyond
-    /// the draw's: its untraced wait per ns on the CPU over its traced one, at most 1 (1 with
-    /// no baseline for it).
-    fn kept_at_untraced_odds(&self, ev: &Event) -> f64 {
-        let Some(b) = &self.baseline else {
-            return 1.0;
-        };
-        let Some(&untraced) = b.by_tid.get(&ev.tid).or_else(|| b.by_pid.get(&ev.pid)) else {
-            return 1.0;
-        };
-        let t = (self.traced.get(&(ev.pid, ev.tid)).copied()).unwrap_or_default();
-        let traced =
-            (t.preempted as f64 + untraced * PRIOR_ON_CPU_NS) / (t.on_cpu as f64 + PRIOR_ON_CPU_NS);
-        if traced > 0.0 {
-            (untraced / traced).min(1.0)
-        } else {
-            1.0
-        }
-    }
-
     /// The part of span `ev`'s preempted time to take out of its corrected time: what it
     /// waited for wprof's threads, what its children took of the rest, and the rest of the
     /// rest if the draw for its self time says so. `removed` is the probe time inside its window; `usual_ns` the node's mean call
@@ -158,8 +138,6 @@ impl Carry {
         removed: u64,
         usual_ns: impl FnOnce() -> Option<u64>,
     ) -> u64 {
-        // Two lookups a span, only where a baseline was measured.
-        let odds = self.kept_at_untraced_odds(ev);
         let levels = self.by_stack.entry(ev.stack_key()).or_default();
         let d = ev.depth as usize;
         if levels.len() < d + 2 {
@@ -185,7 +163,12 @@ impl Carry {
             } else {
                 0.0
             };
-            let kept = (1.0 - probes) * odds;
+            let now = ThreadWait {
+                on_cpu: ev.dur_ns.saturating_sub(ev.off_ns),
+                preempted: rest,
+            };
+            let kept =
+                (1.0 - probes) * untraced_odds(self.baseline.as_ref(), &self.traced, ev, now);
             if draw(ev) < 1.0 - kept {
                 taken += own;
             }
@@ -214,6 +197,32 @@ impl Carry {
         level.removed += removed;
         level.on_cpu += on_cpu;
         wprof + taken
+    }
+}
+
+/// The share of a preemption in the program's own time to keep on `ev`'s thread beyond the
+/// draw's: its untraced wait per ns on the CPU over its traced one (its root calls so far and
+/// this call, `now`), at most 1; 1 with no baseline for it.
+fn untraced_odds(
+    baseline: Option<&WaitBaseline>,
+    traced: &HashMap<(u32, u32), ThreadWait>,
+    ev: &Event,
+    now: ThreadWait,
+) -> f64 {
+    let Some(b) = baseline else {
+        return 1.0;
+    };
+    let Some(&untraced) = b.by_tid.get(&ev.tid).or_else(|| b.by_pid.get(&ev.pid)) else {
+        return 1.0;
+    };
+    let t = traced.get(&(ev.pid, ev.tid)).copied().unwrap_or_default();
+    let preempted = (t.preempted + now.preempted) as f64 + untraced * PRIOR_ON_CPU_NS;
+    let on_cpu = (t.on_cpu + now.on_cpu) as f64 + PRIOR_ON_CPU_NS;
+    let traced = preempted / on_cpu;
+    if traced > 0.0 {
+        (untraced / traced).min(1.0)
+    } else {
+        1.0
     }
 }
 

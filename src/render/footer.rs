@@ -342,24 +342,26 @@ fn write_preempted(run: &Run, out: &mut String) {
     if roots.is_empty() {
         return;
     }
-    let odds = run
-        .probe_cost
-        .preemption_baseline
-        .map_or(String::new(), |b| {
-            format!(
-            ", and the program's own is kept at the untraced odds: its threads waited {:.1}% of \
-             their time on the CPU before wprof attached, {} traced",
-            b.untraced_rate() * 100.0,
-            b.traced_rate()
-                .map_or("unknown".to_string(), |r| format!("{:.1}%", r * 100.0))
-        )
-        });
+    let odds = (run.probe_cost.preemption_baseline.as_ref()).map_or(String::new(), odds_phrase);
     out.push_str(&format!(
         "preempted (runnable, waiting for a CPU): {}. A preemption is the probes' with the \
          chance their time is of the time on the CPU where it landed{odds} (docs: user guide, \
          Probe cost)\n",
         roots.join(", ")
     ));
+}
+
+/// ", and the program's own is kept at the untraced odds: …" (`wprof attach`: the threads'
+/// wait for a CPU before it attached, `session::untraced_wait`).
+fn odds_phrase(b: &crate::model::PreemptionBaseline) -> String {
+    let traced = b
+        .traced_rate()
+        .map_or("unknown".to_string(), |r| format!("{:.1}%", r * 100.0));
+    format!(
+        ", and the program's own is kept at the untraced odds: its threads waited {:.1}% of \
+         their time on the CPU before wprof attached, {traced} traced",
+        b.untraced_rate() * 100.0
+    )
 }
 
 /// "; each hit cost the code after it N beyond its price (per root) …", from the progress

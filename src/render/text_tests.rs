@@ -533,3 +533,37 @@ fn grouped_nodes_show_their_string_cut_to_the_tree_width() {
     let line = text.lines().find(|l| l.contains(&cut)).expect(&text);
     assert!(line.contains("…]"), "{line}");
 }
+
+#[test]
+fn the_preempted_line_says_at_what_odds_the_programs_own_were_kept() {
+    let mut run = calibrated_run();
+    let root = &mut run.tree.roots[0];
+    root.preempted_ns = Some(4_000 * root.count);
+    if let Some(c) = root.corrected.as_mut() {
+        c.preempted_ns = 3_000 * root.count;
+    }
+    let line = |run: &Run| -> String {
+        let text = plain(run);
+        (text.lines())
+            .find(|l| l.starts_with("preempted (runnable, waiting for a CPU): write_record 4.0 µs"))
+            .unwrap_or_else(|| panic!("no preempted line:\n{text}"))
+            .to_string()
+    };
+    assert!(!line(&run).contains("untraced odds"));
+    run.probe_cost.preemption_baseline = Some(crate::model::PreemptionBaseline {
+        window_ms: 250.0,
+        threads: 3,
+        cpu_ns: 400_000_000,
+        wait_ns: 12_000_000,
+        traced_cpu_ns: 2_000_000_000,
+        traced_wait_ns: 250_000_000,
+    });
+    let l = line(&run);
+    assert!(
+        l.contains(
+            "kept at the untraced odds: its threads waited 3.0% of their time on the CPU before \
+             wprof attached, 12.5% traced"
+        ),
+        "{l}"
+    );
+}
