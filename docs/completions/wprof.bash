@@ -115,7 +115,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__attach)
-            opts="-t -p -q -h --target --all-matches --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --keep-preemptions --serve --serve-max-series --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --cpu-pprof --off-cpu-folded --off-cpu-flamegraph --help"
+            opts="-t -p -q -h --target --all-matches --pid --follow-forks --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --calibrate-once --keep-preemptions --serve --serve-max-series --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --cpu-pprof --off-cpu-folded --off-cpu-flamegraph --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -681,7 +681,7 @@ _wprof() {
             return 0
             ;;
         wprof__subcmd__record)
-            opts="-t -q -h --target --all-matches --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --keep-preemptions --serve --serve-max-series --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --cpu-pprof --off-cpu-folded --off-cpu-flamegraph --as-root --help"
+            opts="-t -q -h --target --all-matches --duration --return --ring-size --quiet --max-calls --skip --interval --snapshots --cpu-sample --off-cpu --per-pid --split-by --aggregate --max-overhead --in-situ --no-calibrate --calibrate-once --keep-preemptions --serve --serve-max-series --out --json --folded --flamegraph --events --trace --pprof --cpu-folded --cpu-flamegraph --cpu-pprof --off-cpu-folded --off-cpu-flamegraph --as-root --help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0

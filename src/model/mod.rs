@@ -33,9 +33,9 @@ pub use histogram::{
 pub use hypothesis::{Bound, Hypothesis, Kind, Outcome, Standing, Verdict};
 pub use insitu::InSituCheck;
 pub use run::{
-    Aggregation, Calibration, Counters, InSituProbeTime, ObjectInfo, PhaseInfo, PreemptionBaseline,
-    ProbeCost, ProcessRun, ProgressCheck, Provenance, RootExcess, Run, SourceRun, UnwindCounters,
-    SCHEMA_VERSION,
+    Aggregation, Calibration, Counters, DuringCalibration, InSituProbeTime, ObjectInfo, PhaseInfo,
+    PreemptionBaseline, ProbeCost, ProcessRun, ProgressCheck, Provenance, RootExcess, Run,
+    SourceRun, UnwindCounters, SCHEMA_VERSION,
 };
 pub use sampled::SampledShare;
 pub use stacks::{FoldedStack, StackProfile};

@@ -382,6 +382,19 @@ pub struct Calibration {
     /// unwind guard, stacks). False in runs recorded before it was said.
     #[serde(default)]
     pub return_addresses: bool,
+    /// The same measurement made again while the run went on (`session::recalibrate`), in
+    /// order: the calls after each were corrected with it. Empty when it was not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub during: Vec<DuringCalibration>,
+}
+
+/// One measurement of the probe costs during a run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct DuringCalibration {
+    /// Seconds after the probes went live.
+    pub at_s: f64,
+    /// One entry per entry cost class and return mode.
+    pub classes: Vec<ClassCost>,
 }
 
 /// A whole run.

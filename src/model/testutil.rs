@@ -440,6 +440,7 @@ pub fn calibrated_run() -> Run {
             error_ns: 40.0,
         }],
         return_addresses: false,
+        during: Vec::new(),
     });
     run
 }

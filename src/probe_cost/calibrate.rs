@@ -28,7 +28,7 @@ use crate::symbolize::maps::ProcessMaps;
 const FIRST_ID: u32 = CALIBRATION_FIRST_PHASE;
 
 /// Timing rounds after the probes are attached.
-const ROUNDS: usize = 21;
+pub const ROUNDS: usize = 21;
 
 /// What a calibration measured.
 #[derive(Debug, Clone)]
@@ -44,6 +44,19 @@ pub struct Measured {
     /// Whether the calibrated entries read their return address (as a guarded run's or one
     /// taking stacks do: ~90 ns more an entry).
     pub return_addresses: bool,
+}
+
+impl Measured {
+    /// The calibration of a run with no probe cost class to calibrate (kernel phases only).
+    pub fn nothing(return_addresses: bool) -> Measured {
+        Measured {
+            classes: Vec::new(),
+            calls: 0,
+            rounds: 0,
+            elapsed_ms: 0.0,
+            return_addresses,
+        }
+    }
 }
 
 /// Where a calibration made while a run goes on sends the run's own records it reads.
@@ -66,146 +79,204 @@ pub fn calibrate(
     wanted: &[(CostClass, bool)],
     forward: Option<Forward<'_>>,
 ) -> Result<Measured> {
-    let t0 = Instant::now();
-    let mut child = CalibrationChild::start()?;
     let before_run = forward.is_none();
-    let result = match forward {
-        Some(f) => measure(
-            tracer, collector, ring_bytes, wanted, &mut child, f.events, f.stacks,
-        ),
-        None => measure(
-            tracer,
-            collector,
-            ring_bytes,
-            wanted,
-            &mut child,
-            &mut |_| {},
-            &mut |_| {},
-        ),
+    let result = match Calibrator::start(tracer, collector, ring_bytes, wanted, forward) {
+        Ok(Some(mut c)) => {
+            let m = c.measure(collector, ROUNDS, None);
+            c.stop();
+            m
+        }
+        Ok(None) => Ok(Measured::nothing(tracer.keeps_return_addresses())),
+        Err(e) => Err(e),
     };
-    child.stop();
     if before_run {
         // Spans of the calibration lost to a small ring are not the run's.
         tracer.reset_counters()?;
     }
-    let (classes, calls) = result?;
-    Ok(Measured {
-        classes,
-        calls,
-        rounds: ROUNDS as u32,
-        elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
-        return_addresses: tracer.keeps_return_addresses(),
-    })
+    result
+}
+
+/// A calibration target kept running with its probes attached, measured again on demand:
+/// the run's calibration before it and at its end, and the short ones during it
+/// (`session::recalibrate`).
+pub struct Calibrator {
+    child: CalibrationChild,
+    /// Per calibration function: whether its class is calibrated.
+    used: Vec<bool>,
+    /// Per function: its untraced ns a call.
+    base: Vec<f64>,
+    /// Per function: calls a round.
+    calls: Vec<u64>,
+    /// Whether the entries read their return address.
+    return_addresses: bool,
+}
+
+impl Calibrator {
+    /// Starts the calibration target, times its functions untraced, attaches `tracer`'s
+    /// programs to them and sizes a round. None when no combination is wanted. Records of a
+    /// run read meanwhile go to `forward`.
+    pub fn start(
+        tracer: &mut Tracer,
+        collector: &mut Collector,
+        ring_bytes: u32,
+        wanted: &[(CostClass, bool)],
+        forward: Option<Forward<'_>>,
+    ) -> Result<Option<Calibrator>> {
+        let targets = targets::targets();
+        let used: Vec<bool> = targets
+            .iter()
+            .map(|t| wanted.contains(&(class_of(t.start), t.uretprobe)))
+            .collect();
+        let n_used = used.iter().filter(|&&u| u).count() as u64;
+        if n_used == 0 {
+            return Ok(None);
+        }
+        let mut child = CalibrationChild::start()?;
+        // Every span of a round must fit in a quarter of the ring (the wakeup threshold).
+        let per_span = std::mem::size_of::<wprof_common::Event>() as u64 + 8;
+        let ring_calls = (ring_bytes as u64 / 4 / (per_span * n_used)).clamp(20, MAX_CALLS);
+        let counts = |n: &dyn Fn(usize) -> u64| -> Vec<u64> {
+            (0..targets.len())
+                .map(|i| if used[i] { n(i) } else { 0 })
+                .collect()
+        };
+        child.run(&counts(&|_| 200))?; // warm up: page in, settle the CPU frequency
+        let base = child.run(&counts(&|_| ring_calls))?;
+        let exe = std::env::current_exe().context("find wprof's own executable")?;
+        let maps = ProcessMaps::read(child.pid())?;
+        let mut points = Vec::new();
+        for (i, (t, &addr)) in targets.iter().zip(&child.addrs).enumerate() {
+            if !used[i] {
+                continue;
+            }
+            let m = maps
+                .lookup(addr)
+                .context("calibration function not in the child's mappings")?;
+            let entry = m.file_offset(addr);
+            points.push(CalibrationPoint {
+                phase: FIRST_ID + i as u32,
+                entry,
+                exit: (!t.uretprobe).then_some(entry + t.ret_offset),
+            });
+        }
+        let outer = maps
+            .lookup(child.outer)
+            .context("calibration loop not in the child's mappings")?
+            .file_offset(child.outer);
+        points.push(CalibrationPoint {
+            phase: FIRST_ID + targets.len() as u32,
+            entry: outer,
+            exit: None,
+        });
+        tracer.attach_calibration(&exe, child.pid(), &points)?;
+        // A short first round sizes the others: ~ROUND_NS per function, the slow classes (a
+        // single-stepped probe costs tens of µs on a VM) with fewer calls.
+        let first = child.run(&counts(&|_| 20))?;
+        let calls: Vec<u64> = counts(&|i| {
+            let per_call = (first[i] - base[i]).max(100.0);
+            ((ROUND_NS / per_call) as u64).clamp(20, ring_calls)
+        });
+        // The first round's spans are not used.
+        drain(collector, forward, |_| {});
+        Ok(Some(Calibrator {
+            child,
+            used,
+            base,
+            calls,
+            return_addresses: tracer.keeps_return_addresses(),
+        }))
+    }
+
+    /// `rounds` timing rounds: per class, the median pair over them, the median span inside
+    /// the call, and the largest deviation of a round. Records of a run read meanwhile go to
+    /// `forward`.
+    pub fn measure(
+        &mut self,
+        collector: &mut Collector,
+        rounds: usize,
+        mut forward: Option<Forward<'_>>,
+    ) -> Result<Measured> {
+        let t0 = Instant::now();
+        let targets = targets::targets();
+        let mut times: Vec<Vec<f64>> = Vec::new();
+        let mut spans: Vec<Vec<u64>> = vec![Vec::new(); targets.len()];
+        for _ in 0..rounds.max(1) {
+            times.push(self.child.run(&self.calls)?);
+            let f = forward.as_mut().map(|f| Forward {
+                events: &mut *f.events,
+                stacks: &mut *f.stacks,
+            });
+            drain(collector, f, |ev| {
+                let i = ev.phase.wrapping_sub(FIRST_ID) as usize;
+                if ev.kind == EventKind::Span as u32 && i < spans.len() {
+                    spans[i].push(ev.dur_ns);
+                }
+            });
+        }
+        if spans.iter().all(Vec::is_empty) {
+            bail!("no span of the calibration functions reached wprof");
+        }
+        let base = &self.base;
+        let classes = targets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.used[*i])
+            .map(|(i, t)| {
+                let pairs: Vec<f64> = times.iter().map(|r| (r[i] - base[i]).max(0.0)).collect();
+                let pair = median(&pairs);
+                let error = pairs.iter().map(|p| (p - pair).abs()).fold(0.0, f64::max);
+                let own = median_u64(&mut spans[i]).map_or(0.0, |s| (s as f64 - base[i]).max(0.0));
+                class_cost(t, pair, own.min(pair), error)
+            })
+            .collect();
+        Ok(Measured {
+            classes,
+            calls: self.calls.iter().copied().max().unwrap_or(0),
+            rounds: times.len() as u32,
+            elapsed_ms: t0.elapsed().as_secs_f64() * 1e3,
+            return_addresses: self.return_addresses,
+        })
+    }
+
+    /// Ends the calibration target (its probes stay attached to the exited process, and go
+    /// with wprof's links).
+    pub fn stop(self) {
+        self.child.stop();
+    }
+}
+
+/// Reads what the ring holds: the calibration's spans to `calibration`, the run's records
+/// (when there is a run) to `forward`.
+fn drain(
+    collector: &mut Collector,
+    forward: Option<Forward<'_>>,
+    mut calibration: impl FnMut(&Event),
+) {
+    match forward {
+        Some(f) => collector.drain(
+            |ev| {
+                if is_calibration(ev) {
+                    calibration(ev)
+                } else {
+                    (f.events)(ev)
+                }
+            },
+            f.stacks,
+        ),
+        None => collector.drain(
+            |ev| {
+                if is_calibration(ev) {
+                    calibration(ev)
+                }
+            },
+            |_| {},
+        ),
+    };
 }
 
 /// Calls per function per round at most, and the time a round of one function should take.
 const MAX_CALLS: u64 = 1000;
 const ROUND_NS: f64 = 3e6;
-
-fn measure(
-    tracer: &mut Tracer,
-    collector: &mut Collector,
-    ring_bytes: u32,
-    wanted: &[(CostClass, bool)],
-    child: &mut CalibrationChild,
-    fwd_events: &mut dyn FnMut(&Event),
-    fwd_stacks: &mut dyn FnMut(&StackEvent),
-) -> Result<(Vec<ClassCost>, u64)> {
-    let targets = targets::targets();
-    let used: Vec<bool> = targets
-        .iter()
-        .map(|t| wanted.contains(&(class_of(t.start), t.uretprobe)))
-        .collect();
-    let n_used = used.iter().filter(|&&u| u).count() as u64;
-    if n_used == 0 {
-        return Ok((Vec::new(), 0));
-    }
-    // Every span of a round must fit in a quarter of the ring (the wakeup threshold).
-    let per_span = std::mem::size_of::<wprof_common::Event>() as u64 + 8;
-    let ring_calls = (ring_bytes as u64 / 4 / (per_span * n_used)).clamp(20, MAX_CALLS);
-    let counts = |n: &dyn Fn(usize) -> u64| -> Vec<u64> {
-        (0..targets.len())
-            .map(|i| if used[i] { n(i) } else { 0 })
-            .collect()
-    };
-    child.run(&counts(&|_| 200))?; // warm up: page in, settle the CPU frequency
-    let base = child.run(&counts(&|_| ring_calls))?;
-    let exe = std::env::current_exe().context("find wprof's own executable")?;
-    let maps = ProcessMaps::read(child.pid())?;
-    let mut points = Vec::new();
-    for (i, (t, &addr)) in targets.iter().zip(&child.addrs).enumerate() {
-        if !used[i] {
-            continue;
-        }
-        let m = maps
-            .lookup(addr)
-            .context("calibration function not in the child's mappings")?;
-        let entry = m.file_offset(addr);
-        points.push(CalibrationPoint {
-            phase: FIRST_ID + i as u32,
-            entry,
-            exit: (!t.uretprobe).then_some(entry + t.ret_offset),
-        });
-    }
-    let outer = maps
-        .lookup(child.outer)
-        .context("calibration loop not in the child's mappings")?
-        .file_offset(child.outer);
-    points.push(CalibrationPoint {
-        phase: FIRST_ID + targets.len() as u32,
-        entry: outer,
-        exit: None,
-    });
-    tracer.attach_calibration(&exe, child.pid(), &points)?;
-    // A short first round sizes the others: ~ROUND_NS per function, the slow classes (a
-    // single-stepped probe costs tens of µs on a VM) with fewer calls.
-    let first = child.run(&counts(&|_| 20))?;
-    let calls: Vec<u64> = counts(&|i| {
-        let per_call = (first[i] - base[i]).max(100.0);
-        ((ROUND_NS / per_call) as u64).clamp(20, ring_calls)
-    });
-    let mut rounds: Vec<Vec<f64>> = Vec::new();
-    let mut spans: Vec<Vec<u64>> = vec![Vec::new(); targets.len()];
-    // The first round's spans are not used.
-    collector.drain(
-        |ev| {
-            if !is_calibration(ev) {
-                fwd_events(ev)
-            }
-        },
-        &mut *fwd_stacks,
-    );
-    for _ in 0..ROUNDS {
-        rounds.push(child.run(&calls)?);
-        collector.drain(
-            |ev| {
-                let i = ev.phase.wrapping_sub(FIRST_ID) as usize;
-                if !is_calibration(ev) {
-                    fwd_events(ev);
-                } else if ev.kind == EventKind::Span as u32 && i < spans.len() {
-                    spans[i].push(ev.dur_ns);
-                }
-            },
-            &mut *fwd_stacks,
-        );
-    }
-    let classes = targets
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| used[*i])
-        .map(|(i, t)| {
-            let pairs: Vec<f64> = rounds.iter().map(|r| (r[i] - base[i]).max(0.0)).collect();
-            let pair = median(&pairs);
-            let error = pairs.iter().map(|p| (p - pair).abs()).fold(0.0, f64::max);
-            let own = median_u64(&mut spans[i]).map_or(0.0, |s| (s as f64 - base[i]).max(0.0));
-            class_cost(t, pair, own.min(pair), error)
-        })
-        .collect();
-    if spans.iter().all(Vec::is_empty) {
-        bail!("no span of the calibration functions reached wprof");
-    }
-    Ok((classes, calls.into_iter().max().unwrap_or(0)))
-}
 
 /// Whether a record is the calibration's (its spans and node definitions; forks and
 /// loader notices of the run carry phase 0).

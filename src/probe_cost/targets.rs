@@ -130,6 +130,10 @@ pub fn outer_address() -> u64 {
 /// it prints `addr A1 .. A6 OUTER`; then for each `run N1 .. N6` it calls function i Ni times, in
 /// order, and prints `ns T1 .. T6` (mean ns per call, 0 for Ni = 0); `quit` or EOF ends it.
 pub fn child_main() -> i32 {
+    // Named as wprof's helpers are: while it times its rounds during a run, a traced thread
+    // that waits for its CPU waits for wprof (BPF's sched_switch knows `wprof-…` threads).
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
+    unsafe { libc::prctl(libc::PR_SET_NAME, c"wprof-calibrate".as_ptr()) };
     let targets = targets();
     let mut out = std::io::stdout().lock();
     let mut addrs: Vec<String> = targets.iter().map(|t| t.address().to_string()).collect();

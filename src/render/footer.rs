@@ -113,6 +113,36 @@ fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String)
             c.load_end
         ));
     }
+    write_during(c, &used, out);
+}
+
+/// "  measured again during the run: 4 times, emulated+uretprobe 1.52-1.61 µs …": the range
+/// of each used class's pair over the measurements made while the run went on.
+fn write_during(
+    c: &crate::model::Calibration,
+    used: &dyn Fn(&crate::model::ClassCost) -> bool,
+    out: &mut String,
+) {
+    if c.during.is_empty() {
+        return;
+    }
+    let ranges: Vec<String> = (c.classes.iter().filter(|k| used(k)))
+        .map(|k| {
+            let pairs = (c.during.iter().flat_map(|d| d.classes.iter()))
+                .filter(|d| d.entry == k.entry && d.uretprobe == k.uretprobe)
+                .map(|d| d.pair_ns);
+            let (lo, hi) = pairs.fold((k.pair_ns, k.pair_ns), |(lo, hi), p| (lo.min(p), hi.max(p)));
+            format!("{} {}-{}", k.label(), format_ns(lo), format_ns(hi))
+        })
+        .collect();
+    if !ranges.is_empty() {
+        out.push_str(&format!(
+            "  measured again during the run: {} times, {} a pair (with the one before it): \
+             the calls after each measurement were corrected with it\n",
+            c.during.len(),
+            ranges.join(" · ")
+        ));
+    }
 }
 
 /// 94012.3 -> "94.0 k".

@@ -102,7 +102,7 @@ pub(super) fn build_run(
     let calibration = costs
         .measured
         .as_ref()
-        .map(|m| costs::calibration(m, at_end.as_ref()));
+        .map(|m| costs::calibration(m, at_end.as_ref(), &costs.during));
     let error_per_hit = error_per_hit_ns(costs, at_end.as_ref(), calibration.as_ref(), &end);
     costs::state_errors(&mut tree, error_per_hit);
     let in_situ = match (&light, costs.own_ns()) {

@@ -116,6 +116,8 @@ pub struct TraceConfig {
     pub off_cpu: bool,
     /// Whether the probes' cost is measured before attaching (not `--no-calibrate`).
     pub calibrate: bool,
+    /// Whether it is measured again every second during the run (not `--calibrate-once`).
+    pub recalibrate: bool,
     /// Whether the traced threads' preempted time is followed (sched:sched_switch), so the
     /// correction can take the probes' share of it out: `--off-cpu`, or a corrected run per
     /// event without `--keep-preemptions`.
@@ -190,6 +192,7 @@ impl TraceConfig {
             cpu_sample_fixed: t.cpu_sample.is_some(),
             off_cpu: t.off_cpu,
             calibrate: !t.no_calibrate,
+            recalibrate: !t.no_calibrate && !t.calibrate_once,
             preemption: t.off_cpu
                 || (!t.no_calibrate && !t.keep_preemptions && aggregate != AggregateMode::Kernel),
             ring_size: t.ring_size,

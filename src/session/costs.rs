@@ -14,7 +14,7 @@ use crate::collect::Collector;
 use crate::model::Calibration;
 use crate::model::CostClass;
 use crate::model::{PhaseTree, TreeNode};
-use crate::probe_cost::{self, Measured, PhaseCosts};
+use crate::probe_cost::{self, Calibrator, Measured, PhaseCosts};
 use crate::resolve::{ResolvedPhase, Status};
 
 /// What a run knows about its probes' cost.
@@ -25,6 +25,12 @@ pub(super) struct RunCosts {
     pub per_phase: Vec<PhaseCosts>,
     /// The combinations (entry class, uretprobe) the phases use.
     wanted: Vec<(CostClass, bool)>,
+    /// The calibration target, kept with its probes for the measurements during and at the
+    /// end of the run.
+    calibrator: Option<Calibrator>,
+    /// The measurements during the run (`session::recalibrate`): seconds after the probes
+    /// went live, and what each read.
+    pub during: Vec<(f64, Measured)>,
 }
 
 impl RunCosts {
@@ -43,19 +49,88 @@ impl RunCosts {
     /// records read meanwhile to `forward`: how far they drifted widens the stated errors. A
     /// failure is a warning.
     pub fn recalibrate(
-        &self,
+        &mut self,
         tracer: &mut Tracer,
         collector: &mut Collector,
         ring_bytes: u32,
         forward: probe_cost::Forward<'_>,
     ) -> Option<Measured> {
         self.measured.as_ref()?;
-        match probe_cost::calibrate(tracer, collector, ring_bytes, &self.wanted, Some(forward)) {
+        let again = match self.calibrator.take() {
+            Some(mut c) => {
+                let m = c.measure(collector, probe_cost::ROUNDS, Some(forward));
+                c.stop();
+                m
+            }
+            None => {
+                probe_cost::calibrate(tracer, collector, ring_bytes, &self.wanted, Some(forward))
+            }
+        };
+        match again {
             Ok(m) => Some(m),
             Err(e) => {
                 eprintln!("wprof: warning: probe cost recalibration at the end failed ({e:#})");
                 None
             }
+        }
+    }
+
+    /// Measures the costs again while the run goes on (`rounds` rounds, the run's records
+    /// read meanwhile to `forward`), and corrects what follows with them: BPF's per-phase
+    /// costs now; the per-call own part is the caller's to hand to the aggregator
+    /// ([`RunCosts::own_ns`]). None without a calibration target to ask.
+    pub fn measure_during(
+        &mut self,
+        tracer: &mut Tracer,
+        collector: &mut Collector,
+        phases: &[ResolvedPhase],
+        rounds: usize,
+        forward: probe_cost::Forward<'_>,
+    ) -> Option<Result<Measured>> {
+        let c = self.calibrator.as_mut()?;
+        Some(c.measure(collector, rounds, Some(forward)).and_then(|m| {
+            set_costs(tracer, &mut self.per_phase, &m.classes, phases)?;
+            Ok(m)
+        }))
+    }
+
+    /// Whether the run can measure its costs again while it goes on.
+    pub fn can_measure_during(&self) -> bool {
+        self.calibrator.is_some()
+    }
+
+    /// No more measurements during the run (one failed); the one at the end starts afresh.
+    pub fn stop_measuring(&mut self) {
+        if let Some(c) = self.calibrator.take() {
+            c.stop();
+        }
+    }
+
+    /// Sets each phase's costs to the mean of every measurement the run corrected with (the
+    /// one before it and those during it): what its figures (the probes' added time, the
+    /// in-situ check) are stated in. BPF is left alone: the run is over.
+    pub fn settle(&mut self, phases: &[ResolvedPhase]) {
+        let Some(first) = self.measured.as_ref() else {
+            return;
+        };
+        if self.during.is_empty() {
+            return;
+        }
+        let all: Vec<&Measured> = std::iter::once(first)
+            .chain(self.during.iter().map(|(_, m)| m))
+            .collect();
+        for p in phases
+            .iter()
+            .filter(|p| matches!(p.status, Status::Resolved))
+        {
+            let each: Vec<PhaseCosts> = all
+                .iter()
+                .map(|m| probe_cost::phase_costs(&m.classes, p))
+                .collect();
+            let n = each.len() as f64;
+            let c = &mut self.per_phase[p.id as usize];
+            c.pair_ns = each.iter().map(|e| e.pair_ns).sum::<f64>() / n;
+            c.own_ns = each.iter().map(|e| e.own_ns).sum::<f64>() / n;
         }
     }
 
@@ -105,6 +180,8 @@ pub(super) fn calibrated(
         measured: None,
         per_phase: vec![PhaseCosts::default(); n],
         wanted: Vec::new(),
+        calibrator: None,
+        during: Vec::new(),
     };
     if !config.calibrate {
         return Ok(costs);
@@ -115,7 +192,18 @@ pub(super) fn calibrated(
         .filter_map(probe_cost::cost_key)
         .collect();
     costs.wanted = wanted.clone();
-    let measured = match probe_cost::calibrate(tracer, collector, config.ring_size, &wanted, None) {
+    let measured = Calibrator::start(tracer, collector, config.ring_size, &wanted, None).and_then(
+        |c| match c {
+            Some(mut c) => {
+                let m = c.measure(collector, probe_cost::ROUNDS, None)?;
+                Ok((Some(c), m))
+            }
+            None => Ok((None, Measured::nothing(tracer.keeps_return_addresses()))),
+        },
+    );
+    // Spans of the calibration lost to a small ring are not the run's.
+    tracer.reset_counters()?;
+    let (calibrator, measured) = match measured {
         Ok(m) => m,
         Err(e) => {
             eprintln!(
@@ -124,21 +212,8 @@ pub(super) fn calibrated(
             return Ok(costs);
         }
     };
-    for p in phases
-        .iter()
-        .filter(|p| matches!(p.status, Status::Resolved))
-    {
-        costs.per_phase[p.id as usize] = probe_cost::phase_costs(&measured.classes, p);
-    }
-    let bpf: Vec<PhaseCost> = costs
-        .per_phase
-        .iter()
-        .map(|c| PhaseCost {
-            pair_ns: c.pair_ns.round() as u64,
-            own_ns: c.own_ns.round() as u64,
-        })
-        .collect();
-    tracer.set_phase_costs(&bpf)?;
+    set_costs(tracer, &mut costs.per_phase, &measured.classes, phases)?;
+    costs.calibrator = calibrator;
     if !config.quiet {
         eprintln!("wprof: {}", summary(&measured, phases));
     }
@@ -177,10 +252,38 @@ fn summary(m: &Measured, phases: &[ResolvedPhase]) -> String {
     )
 }
 
+/// Each resolved phase's costs from `classes`, into `per_phase` and BPF.
+fn set_costs(
+    tracer: &mut Tracer,
+    per_phase: &mut [PhaseCosts],
+    classes: &[crate::model::ClassCost],
+    phases: &[ResolvedPhase],
+) -> Result<()> {
+    for p in phases
+        .iter()
+        .filter(|p| matches!(p.status, Status::Resolved))
+    {
+        per_phase[p.id as usize] = probe_cost::phase_costs(classes, p);
+    }
+    let bpf: Vec<PhaseCost> = per_phase
+        .iter()
+        .map(|c| PhaseCost {
+            pair_ns: c.pair_ns.round() as u64,
+            own_ns: c.own_ns.round() as u64,
+        })
+        .collect();
+    tracer.set_phase_costs(&bpf)
+}
+
 /// The run's record of a calibration, with the host's load at the end of the run: a load
 /// above the CPU count means the traced threads competed for CPUs, so the calibration (made
-/// before) may not hold and its errors are doubled.
-pub(super) fn calibration(m: &Measured, at_end: Option<&Measured>) -> Calibration {
+/// before) may not hold and its errors are doubled. `during`: the measurements made while
+/// the run went on.
+pub(super) fn calibration(
+    m: &Measured,
+    at_end: Option<&Measured>,
+    during: &[(f64, Measured)],
+) -> Calibration {
     let load_end = std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
@@ -195,6 +298,12 @@ pub(super) fn calibration(m: &Measured, at_end: Option<&Measured>) -> Calibratio
         contended: load_end > cpus,
         at_end: at_end.map(|e| e.classes.clone()).unwrap_or_default(),
         return_addresses: m.return_addresses,
+        during: (during.iter())
+            .map(|(at_s, d)| crate::model::DuringCalibration {
+                at_s: *at_s,
+                classes: d.classes.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -63,6 +63,9 @@ pub(super) struct RunHooks<'a> {
     pub serve: Option<super::serve::Publisher>,
     /// Tells the CPU samples taken in uprobe handling (the probes' time in situ).
     pub probe_time: super::probe_time::ProbeTime,
+    /// The probes' price measured again during the run (None: not corrected, or in-kernel
+    /// aggregation, which would swallow the calibration's calls).
+    pub recalibration: Option<super::recalibrate::InRun<'a>>,
 }
 
 impl RunHooks<'_> {
@@ -144,6 +147,21 @@ impl trace_loop::Hooks for RunHooks<'_> {
                 self.switched,
             ),
             None => Ok(()),
+        }
+    }
+
+    fn recalibrate(
+        &mut self,
+        collector: &mut crate::collect::Collector,
+        agg: &mut Aggregator,
+        stacks: &mut StackAggregator,
+    ) {
+        if self.switched {
+            // In-kernel aggregation from now: the calibration's calls would land in it.
+            self.recalibration = None;
+        }
+        if let Some(r) = self.recalibration.as_mut() {
+            r.poll(self.tracer, collector, agg, stacks);
         }
     }
 

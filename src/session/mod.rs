@@ -28,6 +28,7 @@ mod probe_time;
 mod probed_threads;
 mod processes;
 mod progress;
+mod recalibrate;
 mod sampler_budget;
 mod serve;
 mod snapshots;

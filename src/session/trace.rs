@@ -143,6 +143,8 @@ impl<'c> Session<'c> {
             command,
         } = self.go_live(target, &attached)?;
         let traced = self.collect(&mut watch, &pids, late.as_mut())?;
+        // The run's figures are stated in the mean of the prices it corrected with.
+        self.costs.settle(&self.phases);
         if let Some(l) = late {
             l.merge(&mut self.phases);
         }
@@ -371,6 +373,11 @@ impl<'c> Session<'c> {
         }
         // Before the overhead watch starts: naming kernel frames first reads kallsyms.
         let probe_time = super::probe_time::ProbeTime::new(self.sampler.hz.is_some());
+        let pairs = pair_costs(&self.phases, &self.costs);
+        // In-kernel aggregation would swallow the calibration's calls.
+        let recalibration = (c.recalibrate && c.aggregate != AggregateMode::Kernel)
+            .then(|| super::recalibrate::InRun::new(&mut self.costs, &self.phases))
+            .flatten();
         let mut hooks = RunHooks {
             tracer: &mut self.tracer,
             late,
@@ -382,7 +389,7 @@ impl<'c> Session<'c> {
                 keeper
             },
             overhead: overhead::OverheadWatch::new(
-                pair_costs(&self.phases, &self.costs),
+                pairs,
                 c.max_overhead,
                 self.sampler.pct,
                 pids,
@@ -393,6 +400,7 @@ impl<'c> Session<'c> {
                 .take()
                 .map(|s| super::serve::Publisher::new(s, c)),
             probe_time,
+            recalibration,
         };
         let sides = trace_loop::Sides {
             stacks: &mut stack_sink,

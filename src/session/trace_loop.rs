@@ -157,6 +157,14 @@ pub trait Hooks {
         stacks: &crate::aggregate::stacks::StackAggregator,
         traced: Vec<u32>,
     ) -> Option<EndReason>;
+    /// Called after every drain: measures the probes' price again when due
+    /// (`session::recalibrate`), the run's records read meanwhile into `agg` and `stacks`.
+    fn recalibrate(
+        &mut self,
+        collector: &mut Collector,
+        agg: &mut Aggregator,
+        stacks: &mut crate::aggregate::stacks::StackAggregator,
+    );
     /// Called after every drain: `--serve` publishes when a scrape waits.
     fn serve(
         &mut self,
@@ -212,6 +220,7 @@ pub fn run(
             s.tick(agg)?;
         }
         hooks.serve(agg, labels)?;
+        hooks.recalibrate(collector, agg, &mut stacks.agg);
         if let Some(r) = watch
             .check()
             .or_else(|| hooks.tick(agg, &stacks.agg, labels.pids()))
