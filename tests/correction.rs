@@ -65,11 +65,12 @@ fn close(what: &str, got: f64, want: f64, stated: f64, removed: f64) -> Result<(
     }
 }
 
-/// What must hold exactly in every run: counts, and the correction's bookkeeping.
-fn check_structure(run: &serde_json::Value, label: &str) {
+/// What must hold exactly in every run of `calls` writes: counts, and the correction's
+/// bookkeeping.
+fn check_structure(run: &serde_json::Value, calls: u64, label: &str) {
     assert_eq!(
         u(node(run, &["write_record"]), "count"),
-        500,
+        calls,
         "{}",
         summary(run)
     );
@@ -89,13 +90,13 @@ fn check_structure(run: &serde_json::Value, label: &str) {
     );
     assert_eq!(
         u(enc, "probe_hits"),
-        2 * 500,
+        2 * calls,
         "{label}: a leaf's own entry and return"
     );
     let persist = &node(run, &["write_record", "persist_block"])["corrected"];
     assert_eq!(
         u(persist, "probe_hits"),
-        2 * 500 * 3,
+        2 * calls * 3,
         "{label}: persist_block's own pair and its two children's"
     );
 }
@@ -160,7 +161,7 @@ fn measure(
             std::thread::sleep(std::time::Duration::from_secs(3));
         }
         let run = run_fixture(dir, program, encode_us, env);
-        check_structure(&run, label);
+        check_structure(&run, 500, label);
         match check_times(&run, encode_us as f64, label) {
             Ok(()) => return run,
             Err(e) => misses.push(format!("{e}\n{}", summary(&run))),
@@ -232,4 +233,93 @@ fn no_calibrate_leaves_times_uncorrected_and_says_so() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("probe cost (model)"), "{stdout}");
     assert!(!stdout.contains(" raw "), "{stdout}");
+}
+
+/// A run longer than a second measures the probes' price again every second on the
+/// calibration target kept from before it (`calibration.during`), corrects the calls after
+/// each with it, and still comes out within the same tolerances; `--calibrate-once` keeps
+/// the single measurement before the run.
+#[test]
+fn the_price_is_measured_again_during_a_longer_run() {
+    if !bpf_available() {
+        return;
+    }
+    let _g = bpf_lock();
+    let dir = tempdir();
+    let record = |options: &[&str], name: &str| {
+        let json = dir.path().join(name);
+        let out = run(wprof()
+            .args(["record", "-q", "--off-cpu", "--target", "fixture"])
+            .args(options)
+            .arg("--json")
+            .arg(&json)
+            .arg("--")
+            .arg(fixture("writepath"))
+            // ~45 µs a write traced: ~2.5 s.
+            .args([
+                "--iterations",
+                "55000",
+                "--encode-us",
+                "5",
+                "--compress-us",
+                "20",
+            ])
+            .args(["--persist-us", "1", "--flush-us", "2", "--write-us", "1"])
+            .args(["--wal-us", "1", "--sync-us", "2"]));
+        assert!(out.status.success(), "wprof record failed:\n{}", text(&out));
+        read_json(&json)
+    };
+    let mut misses = Vec::new();
+    for attempt in 0..3 {
+        let runj = record(&[], &format!("during-{attempt}.json"));
+        let c = &runj["probe_cost"]["calibration"];
+        let during = c["during"].as_array().cloned().unwrap_or_default();
+        let live_s = runj["provenance"]["duration_s"].as_f64().unwrap();
+        assert!(
+            during.len() as f64 >= live_s - 1.5 && !during.is_empty(),
+            "{} measurements in a {live_s:.1} s run: {c}",
+            during.len()
+        );
+        let at: Vec<f64> = during.iter().map(|d| d["at_s"].as_f64().unwrap()).collect();
+        assert!(
+            at.windows(2).all(|w| w[1] - w[0] >= 0.9) && at[0] >= 0.9 && at[at.len() - 1] <= live_s,
+            "measured at {at:?} s of {live_s:.1}"
+        );
+        // Each measured the classes the run uses, at a price of the same order as before it.
+        let before = c["classes"].as_array().unwrap();
+        for d in &during {
+            for k in before {
+                let again = (d["classes"].as_array().unwrap().iter())
+                    .find(|x| x["entry"] == k["entry"] && x["return_mode"] == k["return_mode"])
+                    .unwrap_or_else(|| panic!("{k} not measured again: {d}"));
+                let (p0, p1) = (
+                    k["pair_ns"].as_f64().unwrap(),
+                    again["pair_ns"].as_f64().unwrap(),
+                );
+                assert!(
+                    p1 > p0 / 3.0 && p1 < p0 * 3.0,
+                    "pair {p0:.0} ns before, {p1:.0} ns at {d}"
+                );
+            }
+        }
+        check_structure(&runj, 55_000, "measured again");
+        match check_times(&runj, 5.0, "measured again") {
+            Ok(()) => {
+                misses.clear();
+                break;
+            }
+            Err(e) => misses.push(format!("attempt {attempt}: {e}\n{}", summary(&runj))),
+        }
+    }
+    assert!(
+        misses.is_empty(),
+        "three runs missed:\n{}",
+        misses.join("\n")
+    );
+    let once = record(&["--calibrate-once"], "once.json");
+    assert!(
+        once["probe_cost"]["calibration"].get("during").is_none(),
+        "{}",
+        once["probe_cost"]["calibration"]
+    );
 }
