@@ -1,6 +1,7 @@
 //! The probes' price measured again while the run goes on: every [`EVERY`], [`ROUNDS`]
 //! rounds on the calibration target kept from before the run, and the spans that follow are
-//! corrected with what they read (BPF's per-phase costs, the aggregator's own part).
+//! corrected with the lower median of every measurement so far (BPF's per-phase costs, the
+//! aggregator's own part).
 //!
 //! Why: this host now and then runs every trap ~30% slower for a quarter of a second or
 //! more, and a single calibration before the run that landed in such a spell priced all of
@@ -66,15 +67,13 @@ impl<'a> InRun<'a> {
             stacks: &mut |s| stacks.add(s),
         };
         let at_s = self.started.elapsed().as_secs_f64();
-        match self
-            .costs
-            .measure_during(tracer, collector, self.phases, ROUNDS, forward)
-        {
-            Some(Ok(m)) => {
+        let measured =
+            (self.costs).measure_during(tracer, collector, self.phases, ROUNDS, at_s, forward);
+        match measured {
+            Some(Ok(())) => {
                 if let Some(own) = self.costs.own_ns() {
                     agg.correct_probe_time(own);
                 }
-                self.costs.during.push((at_s, m));
             }
             Some(Err(e)) => {
                 eprintln!(
