@@ -31,8 +31,41 @@ pub(super) struct RunCosts {
     /// The measurements during the run (`session::recalibrate`): seconds after the probes
     /// went live, and what each read.
     pub during: Vec<(f64, Measured)>,
-    /// The price the run corrected with after each of them.
-    applied: Vec<Vec<ClassCost>>,
+    /// The prices the run corrected with after each of them, summed per phase.
+    applied: PriceSums,
+}
+
+/// Measurements kept for the record (`calibration.during`): an hour of them.
+const KEPT_DURING: usize = 3600;
+
+/// The measurements during the run the price is the lower median of (with the one before
+/// it): the last minute's.
+const PRICED_OVER: usize = 60;
+
+/// Per phase id, the sums of the pair and own costs the run corrected with, and how many
+/// prices were added.
+#[derive(Debug, Clone, Default)]
+struct PriceSums {
+    by_phase: Vec<(f64, f64)>,
+    n: u64,
+}
+
+impl PriceSums {
+    /// Adds one price (`per_phase`, by phase id).
+    fn add(&mut self, per_phase: &[PhaseCosts]) {
+        for (i, c) in per_phase.iter().enumerate() {
+            self.add_one(i, c);
+        }
+        self.n += 1;
+    }
+
+    fn add_one(&mut self, phase: usize, c: &PhaseCosts) {
+        if self.by_phase.len() <= phase {
+            self.by_phase.resize(phase + 1, (0.0, 0.0));
+        }
+        self.by_phase[phase].0 += c.pair_ns;
+        self.by_phase[phase].1 += c.own_ns;
+    }
 }
 
 impl RunCosts {
@@ -99,13 +132,18 @@ impl RunCosts {
             Err(e) => return Some(Err(e)),
         };
         self.during.push((at_s, m));
+        if self.during.len() > KEPT_DURING {
+            // A run that goes on for hours (`--serve`): the price follows its last hour.
+            self.during.remove(0);
+        }
         let first = self.measured.as_ref()?;
+        let recent = self.during.len().saturating_sub(PRICED_OVER);
         let all: Vec<&Measured> = std::iter::once(first)
-            .chain(self.during.iter().map(|(_, m)| m))
+            .chain(self.during[recent..].iter().map(|(_, m)| m))
             .collect();
         let price = lower_medians(&first.classes, &all);
         let set = set_costs(tracer, &mut self.per_phase, &price, phases);
-        self.applied.push(price);
+        self.applied.add(&self.per_phase);
         Some(set)
     }
 
@@ -129,23 +167,27 @@ impl RunCosts {
         let Some(first) = self.measured.as_ref() else {
             return;
         };
-        if self.applied.is_empty() {
+        if self.applied.n == 0 {
             return;
         }
-        let prices: Vec<&[ClassCost]> = std::iter::once(first.classes.as_slice())
-            .chain(self.applied.iter().map(Vec::as_slice))
-            .collect();
+        // The stretch before the first measurement was corrected with the first price.
+        let mut sums = self.applied.clone();
         for p in phases
             .iter()
             .filter(|p| matches!(p.status, Status::Resolved))
         {
-            let each: Vec<PhaseCosts> = (prices.iter())
-                .map(|classes| probe_cost::phase_costs(classes, p))
-                .collect();
-            let n = each.len() as f64;
+            let c = probe_cost::phase_costs(&first.classes, p);
+            sums.add_one(p.id as usize, &c);
+        }
+        let n = (sums.n + 1) as f64;
+        for p in phases
+            .iter()
+            .filter(|p| matches!(p.status, Status::Resolved))
+        {
+            let (pair, own) = sums.by_phase[p.id as usize];
             let c = &mut self.per_phase[p.id as usize];
-            c.pair_ns = each.iter().map(|e| e.pair_ns).sum::<f64>() / n;
-            c.own_ns = each.iter().map(|e| e.own_ns).sum::<f64>() / n;
+            c.pair_ns = pair / n;
+            c.own_ns = own / n;
         }
     }
 
@@ -197,7 +239,7 @@ pub(super) fn calibrated(
         wanted: Vec::new(),
         calibrator: None,
         during: Vec::new(),
-        applied: Vec::new(),
+        applied: PriceSums::default(),
     };
     if !config.calibrate {
         return Ok(costs);
