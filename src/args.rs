@@ -189,8 +189,9 @@ pub struct TraceArgs {
     pub no_calibrate: bool,
     /// Measure the probes' cost only before the run (and again at its end), not every second
     /// during it. By default the calibration target stays up and is timed again each second
-    /// (a few ms of CPU), and the calls after each measurement are corrected with it: the
-    /// price follows the host when its traps slow down for a while.
+    /// (~15 ms of CPU), and the calls after each measurement are corrected with the lower
+    /// median of the last minute's: the price follows the host when its traps slow down for
+    /// a while.
     #[arg(long, conflicts_with = "no_calibrate")]
     pub calibrate_once: bool,
     /// Keep every preemption in the corrected times. By default a corrected run follows the

@@ -580,12 +580,17 @@ pub(crate) fn verified(name: &str, r: Result<(), aya::programs::ProgramError>) -
 
 /// CLOCK_MONOTONIC now, ns: the clock of bpf_ktime_get_ns and so of every span.
 pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// `clock` now, ns.
+pub fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: a valid timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    // SAFETY: a valid clock id and a timespec to fill.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

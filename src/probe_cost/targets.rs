@@ -99,13 +99,7 @@ impl Target {
 /// This thread's CPU time so far, ns (`CLOCK_THREAD_CPUTIME_ID`: its time on the CPU, in
 /// user and kernel mode, without the time it was preempted).
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid clock id and a timespec to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    crate::attach::clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
 }
 
 /// Calls `f` `n` times. The parent probes it too, so the calibration calls run nested inside

@@ -138,7 +138,7 @@ fn write_during(
     if !ranges.is_empty() {
         out.push_str(&format!(
             "  measured again during the run: {} times, {} a pair (with the one before it): \
-             the calls after each measurement were corrected with it\n",
+             the calls after each were corrected with the lower median so far\n",
             c.during.len(),
             ranges.join(" · ")
         ));
