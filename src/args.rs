@@ -191,7 +191,7 @@ pub struct TraceArgs {
     /// during it. By default the calibration target stays up and is timed again each second
     /// (~15 ms of CPU), and the calls after each measurement are corrected with the lower
     /// median of the last minute's: the price follows the host when its traps slow down for
-    /// a while.
+    /// a while. Not with --max-overhead or in-kernel aggregation.
     #[arg(long, conflicts_with = "no_calibrate")]
     pub calibrate_once: bool,
     /// Keep every preemption in the corrected times. By default a corrected run follows the

@@ -23,8 +23,12 @@
 #   KM_DIR      cache and results (default ~/.cache/wprof-kmatrix): debs/ and kernels/ are
 #               reused between runs; runs/<package>/console.log and last-run.md are rewritten
 #   WPROF_BIN   wprof to test (default target/release/wprof; `cargo build --release` if absent)
-#   KM_TIMEOUT  seconds one guest may take, boot included (default 900)
+#   KM_TIMEOUT  seconds one guest may take, boot included (default 1500)
 #   KM_MEM      guest memory (default 1G);  KM_SMP  guest CPUs (default 2)
+#   KM_TCG_THREAD  single (default) or multi: TCG's vCPU threads. With multi, a vCPU can run
+#               code another vCPU has just patched from a stale translation: the kernel's
+#               int3-based text patching (the sched_switch static key, toggled by every run
+#               that follows preemptions) then Oopsed 6.12 in __schedule ("Oops: int3")
 #   KM_APPEND   extra kernel command line; `km.full` puts long outputs (a verifier log) on
 #               the console whole instead of their first and last 60 lines
 #
@@ -34,9 +38,10 @@ set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 KM_DIR=${KM_DIR:-$HOME/.cache/wprof-kmatrix}
-KM_TIMEOUT=${KM_TIMEOUT:-900}
+KM_TIMEOUT=${KM_TIMEOUT:-1500}
 KM_MEM=${KM_MEM:-1G}
 KM_SMP=${KM_SMP:-2}
+KM_TCG_THREAD=${KM_TCG_THREAD:-single}
 KM_APPEND=${KM_APPEND:-}
 WPROF_BIN=${WPROF_BIN:-$ROOT/target/release/wprof}
 DEFAULT_KERNELS=(linux-image-cloud-amd64 linux-image-6.12-cloud-amd64)
@@ -182,7 +187,8 @@ boot() {
     local tree=$1 initrd=$2 console=$3 vmlinuz
     vmlinuz=$(find "$tree/boot" -name 'vmlinuz-*' -print -quit)
     [ -n "$vmlinuz" ] || die "no vmlinuz in $tree/boot"
-    timeout "$KM_TIMEOUT" qemu-system-x86_64 -accel tcg -m "$KM_MEM" -smp "$KM_SMP" \
+    timeout "$KM_TIMEOUT" qemu-system-x86_64 -accel "tcg,thread=$KM_TCG_THREAD" \
+        -m "$KM_MEM" -smp "$KM_SMP" \
         -nodefaults -display none -no-reboot -serial stdio -monitor none \
         -kernel "$vmlinuz" -initrd "$initrd" -append "console=ttyS0 panic=-1 quiet $KM_APPEND" \
         </dev/null 2>&1 | tr -d '\r' >"$console" || true

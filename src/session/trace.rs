@@ -374,8 +374,12 @@ impl<'c> Session<'c> {
         // Before the overhead watch starts: naming kernel frames first reads kallsyms.
         let probe_time = super::probe_time::ProbeTime::new(self.sampler.hz.is_some());
         let pairs = pair_costs(&self.phases, &self.costs);
-        // In-kernel aggregation would swallow the calibration's calls.
-        let recalibration = (c.recalibrate && c.aggregate != AggregateMode::Kernel)
+        // In-kernel aggregation would swallow the calibration's calls, and a duty cycle's
+        // pause stops every BPF program, the calibration's too (the budget reads the
+        // program's own pace instead).
+        let recalibrate =
+            c.recalibrate && c.aggregate != AggregateMode::Kernel && c.max_overhead.is_none();
+        let recalibration = recalibrate
             .then(|| super::recalibrate::InRun::new(&mut self.costs, &self.phases))
             .flatten();
         let mut hooks = RunHooks {
