@@ -430,27 +430,11 @@ fn an_attach_keeps_preemptions_at_the_untraced_threads_odds() {
     // Work of their own in the writes (~4 µs on the CPU), not only probes: the kept
     // preemption is then compared with time the program really ran.
     let args = [
-        "--wait",
-        "--iterations",
-        "100000000",
-        "--threads",
-        &threads,
-        "--write-us",
-        "2",
-        "--wal-us",
-        "2",
-        "--encode-us",
-        "0",
-        "--persist-us",
-        "0",
-        "--compress-us",
-        "0",
-        "--flush-us",
-        "0",
-        "--sync-us",
-        "0",
-        "--fixed-work",
-    ];
+        &["--wait", "--iterations", "100000000", "--threads", &threads][..],
+        common::ZERO_SPINS,
+        &["--write-us", "2", "--wal-us", "2", "--fixed-work"],
+    ]
+    .concat();
     let mut fx = spawn_waiting(&fixture("writepath"), &args);
     release(&mut fx);
     // Past the fixture's own 50 ms measurement of its work (--fixed-work).
