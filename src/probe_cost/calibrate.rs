@@ -79,16 +79,37 @@ pub fn calibrate(
     wanted: &[(CostClass, bool)],
     forward: Option<Forward<'_>>,
 ) -> Result<Measured> {
+    let (calibrator, measured) = calibrate_keeping(tracer, collector, ring_bytes, wanted, forward)?;
+    if let Some(c) = calibrator {
+        c.stop();
+    }
+    Ok(measured)
+}
+
+/// [`calibrate`], keeping the calibration target (None when no class is wanted) for later
+/// measurements.
+pub fn calibrate_keeping(
+    tracer: &mut Tracer,
+    collector: &mut Collector,
+    ring_bytes: u32,
+    wanted: &[(CostClass, bool)],
+    mut forward: Option<Forward<'_>>,
+) -> Result<(Option<Calibrator>, Measured)> {
     let before_run = forward.is_none();
-    let result = match Calibrator::start(tracer, collector, ring_bytes, wanted, forward) {
-        Ok(Some(mut c)) => {
-            let m = c.measure(collector, ROUNDS, None);
-            c.stop();
-            m
+    let result = Calibrator::start(
+        tracer,
+        collector,
+        ring_bytes,
+        wanted,
+        reborrow(&mut forward),
+    )
+    .and_then(|c| match c {
+        Some(mut c) => {
+            let m = c.measure(collector, ROUNDS, reborrow(&mut forward))?;
+            Ok((Some(c), m))
         }
-        Ok(None) => Ok(Measured::nothing(tracer.keeps_return_addresses())),
-        Err(e) => Err(e),
-    };
+        None => Ok((None, Measured::nothing(tracer.keeps_return_addresses()))),
+    });
     if before_run {
         // Spans of the calibration lost to a small ring are not the run's.
         tracer.reset_counters()?;
@@ -202,11 +223,7 @@ impl Calibrator {
         let mut spans: Vec<Vec<u64>> = vec![Vec::new(); targets.len()];
         for _ in 0..rounds.max(1) {
             times.push(self.child.run(&self.calls)?);
-            let f = forward.as_mut().map(|f| Forward {
-                events: &mut *f.events,
-                stacks: &mut *f.stacks,
-            });
-            drain(collector, f, |ev| {
+            drain(collector, reborrow(&mut forward), |ev| {
                 let i = ev.phase.wrapping_sub(FIRST_ID) as usize;
                 if ev.kind == EventKind::Span as u32 && i < spans.len() {
                     spans[i].push(ev.dur_ns);
@@ -243,6 +260,14 @@ impl Calibrator {
     pub fn stop(self) {
         self.child.stop();
     }
+}
+
+/// A shorter-lived `Forward` to the same sinks.
+fn reborrow<'s>(f: &'s mut Option<Forward<'_>>) -> Option<Forward<'s>> {
+    f.as_mut().map(|f| Forward {
+        events: &mut *f.events,
+        stacks: &mut *f.stacks,
+    })
 }
 
 /// Reads what the ring holds: the calibration's spans to `calibration`, the run's records

@@ -7,7 +7,7 @@
 mod calibrate;
 pub mod targets;
 
-pub use calibrate::{calibrate, Calibrator, Forward, Measured, ROUNDS};
+pub use calibrate::{calibrate, calibrate_keeping, Calibrator, Forward, Measured, ROUNDS};
 pub use targets::thread_cpu_ns;
 
 use crate::model::profile::ReturnMode;

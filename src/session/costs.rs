@@ -250,17 +250,8 @@ pub(super) fn calibrated(
         .filter_map(probe_cost::cost_key)
         .collect();
     costs.wanted = wanted.clone();
-    let measured = Calibrator::start(tracer, collector, config.ring_size, &wanted, None).and_then(
-        |c| match c {
-            Some(mut c) => {
-                let m = c.measure(collector, probe_cost::ROUNDS, None)?;
-                Ok((Some(c), m))
-            }
-            None => Ok((None, Measured::nothing(tracer.keeps_return_addresses()))),
-        },
-    );
-    // Spans of the calibration lost to a small ring are not the run's.
-    tracer.reset_counters()?;
+    let measured =
+        probe_cost::calibrate_keeping(tracer, collector, config.ring_size, &wanted, None);
     let (calibrator, measured) = match measured {
         Ok(m) => m,
         Err(e) => {
