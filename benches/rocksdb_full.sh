@@ -23,6 +23,8 @@
 # Run as root: benches/rocksdb_full.sh [ROUNDS] [LIVE] [GAP]     (defaults: 6 4 4)
 # WPROF_BIN=path runs another wprof build; WPROF_ARGS adds to every attach's arguments;
 # WPROF_TARGET another profile than the built-in rocksdb (its root must be write_impl);
+# WPROF_ODD_ARGS adds to the odd attaches' (e.g. --in-situ);
+# WPROF_EVEN_TARGET a profile the even attaches take instead of `--in-situ` (e.g. the root alone);
 # WPROF_PREFIX runs wprof under a command (e.g. "nice -n 19"); WPROF_KEEP=dir keeps the runs' JSON, the spans and RocksDB's LOG there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,14 +52,18 @@ writer=$(for t in /proc/"$bench"/task/*; do
   done >"$tmp/sched" ) &
 sched=$!
 for r in $(seq "$R"); do
-  mode=""
-  [ $((r % 2)) -eq 0 ] && mode="--in-situ"
+  mode=${WPROF_ODD_ARGS:-}; target=${WPROF_TARGET:-rocksdb}
+  if [ $((r % 2)) -eq 0 ]; then
+    mode=""
+    if [ -n "${WPROF_EVEN_TARGET:-}" ]; then target=$WPROF_EVEN_TARGET; else mode="--in-situ"; fi
+  fi
   t0=$(date +%s.%N)
   # shellcheck disable=SC2086  # WPROF_ARGS and mode are words
-  ${WPROF_PREFIX:-} "$W" attach -q --target "${WPROF_TARGET:-rocksdb}" --pid "$bench" --duration "${LIVE}s" $mode ${WPROF_ARGS:-} \
-    --json "$tmp/r$r.json" >/dev/null 2>"$tmp/err$r"
+  ${WPROF_PREFIX:-} "$W" attach -q --target "$target" --pid "$bench" --duration "${LIVE}s" $mode ${WPROF_ARGS:-} \
+    --json "$tmp/r$r.json" >/dev/null 2> >(while IFS= read -r l; do echo "$(date +%s.%N) $l"; done >"$tmp/err$r")
   t1=$(date +%s.%N)
-  echo "$r $t0 $t1 ${mode:-calibrated}" >>"$tmp/spans"
+  label=${mode:-calibrated}; [ "$target" != "${WPROF_TARGET:-rocksdb}" ] && label=even-target
+  echo "$r $t0 $t1 $label" >>"$tmp/spans"
   sleep "$GAP"
 done
 # A background job of a script ignores SIGINT.
@@ -103,8 +109,11 @@ for i, (r, a, b, mode) in enumerate(spans):
     hi = spans[i + 1][1] if i + 1 < len(spans) else float("inf")
     gaps = [s for s in paused if lo <= s[0] and s[1] <= hi]
     own_p, np = mean(gaps)
-    live_from = b - run["provenance"]["duration_s"]
-    live = [s for s in secs if live_from <= s[0] and s[1] <= b]
+    # The live span: from the moment wprof said it attached, for the run's duration (what
+    # follows it, writing the JSON, is not live).
+    live_from = next(float(l.split()[0]) for l in open(f"{tmp}/err{r}") if " attached " in l)
+    live_to = live_from + run["provenance"]["duration_s"]
+    live = [s for s in secs if live_from <= s[0] and s[1] <= live_to]
     own_l, nl = mean(live)
     # The probes' calibrated price a write, and the wall time a write added while live, µs
     # (db_bench's writer is one busy thread).
@@ -128,6 +137,12 @@ for i, (r, a, b, mode) in enumerate(spans):
     w_p, w_l = waiting_in(gaps), waiting_in(live)
     on_cpu += (f" wait/cpu paused {w_p:.3f} live {w_l:.3f} (untraced preempted ~"
                f"{own_p * w_p / (1 + w_p):.2f}us)")
+    # With --in-situ: write_impl's mean in the light epochs (its descendants' probes off).
+    light = next((c for c in run.get("in_situ", []) if c["name"] == "write_impl"
+                  and len(c.get("path") or ["write_impl"]) == 1), None)
+    if light:
+        on_cpu += (f" light {light['light_mean_ns'] / 1e3:.2f}us ({light['light_calls']} calls, "
+                   f"/own_paused {light['light_mean_ns'] / 1e3 / own_p:.3f}) factor {light['factor']:.3f}")
     print(f"attach {r} {mode:<10} calls {root['count']:>7} raw {raw:.2f}us corrected "
           f"{corr:.2f}us own_paused {own_p:.2f}us ({np} s) corrected/own_paused "
           f"{corr / own_p:.3f} own_live {own_l:.2f}us ({nl} s) live/paused {own_l / own_p:.2f} "

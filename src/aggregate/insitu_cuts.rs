@@ -131,9 +131,32 @@ fn descendant_phases(shape: &[ShapeNode]) -> HashMap<u64, BTreeSet<u32>> {
     below
 }
 
+/// Which of `cuts` cuts (from [`plan`], shallowest first) light epoch number `turn` takes:
+/// every other one is the shallowest, the others take the deeper ones in turn. The roots'
+/// check is the one that sets the whole write's time, and each light epoch sees the program
+/// in one state of its own (a flush running, a compaction), so the roots get half of the
+/// epochs. None when there is no cut.
+pub fn cut_for_turn(turn: usize, cuts: usize) -> Option<usize> {
+    match cuts {
+        0 => None,
+        1 => Some(0),
+        _ if turn % 2 == 0 => Some(0),
+        _ => Some(1 + (turn / 2) % (cuts - 1)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_shallowest_cut_takes_every_other_epoch() {
+        let turns = |cuts| (0..8).map(|t| cut_for_turn(t, cuts)).collect::<Vec<_>>();
+        assert_eq!(turns(0), vec![None; 8]);
+        assert_eq!(turns(1), vec![Some(0); 8]);
+        let three: Vec<_> = turns(3).into_iter().flatten().collect();
+        assert_eq!(three, vec![0, 1, 0, 2, 0, 1, 0, 2]);
+    }
 
     fn n(node: u64, parent: u64, phase: u32, calls: u64) -> ShapeNode {
         ShapeNode {
