@@ -2,8 +2,9 @@
 //!
 //! A light epoch keeps the probes live down to one depth of the tree (its cut) and takes off
 //! every phase that lives deeper, so the calls at the cut run with their own probes only: a
-//! root at cut 0, the root's children at cut 1, and so on. The epochs take the cuts in turn,
-//! so every parent of the tree gets calls measured without its descendants' probes.
+//! root at cut 0, the root's children at cut 1, and so on. Every other epoch takes the roots'
+//! cut and the others the deeper ones in turn ([`cut_for_turn`]), so every parent of the tree
+//! gets calls measured without its descendants' probes.
 //!
 //! In: the tree's shape so far (node, parent, phase, calls) and the phases whose probes can
 //! come off. Out: the [`Cut`]s worth making, shallowest first.
