@@ -407,7 +407,7 @@ impl<'a> Keeper<'a> {
                     .map(|p| p.id)
                     .collect();
                 let cuts = insitu_cuts::plan(&agg.node_shape(), &detachable);
-                let turn = insitu_cuts::cut_for_turn(self.cut_turn, cuts.len());
+                let turn = insitu_cuts::cut_for_turn(self.cut_turn, &cuts);
                 let Some(cut) = turn.and_then(|i| cuts.get(i)).cloned() else {
                     // No parent seen yet: this epoch stays full.
                     self.light_phases.clear();
