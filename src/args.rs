@@ -177,8 +177,8 @@ pub struct TraceArgs {
     #[arg(long, value_name = "PCT", value_parser = parse_percent)]
     pub max_overhead: Option<f64>,
     /// Check the probe correction where the probes run: every 2 s, for 0.25 s, the probes are
-    /// live only down to one level of the tree (the roots every other time, the deeper levels
-    /// in turn between);
+    /// live only down to one level of the tree (one root alone every other time, the deeper
+    /// levels in turn between);
     /// each parent's calls then, against those made with every probe live, give what its
     /// descendants' probes really cost, and the correction is scaled to it (footer and JSON
     /// `in_situ`). Per-event aggregation only; not with --max-overhead.

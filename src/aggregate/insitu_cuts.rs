@@ -162,7 +162,7 @@ pub fn cut_for_turn(turn: usize, cuts: &[Cut]) -> Option<usize> {
         (0, 0) => None,
         (r, 0) => Some(turn % r),
         (0, d) => Some(turn % d),
-        (r, d) if turn % 2 == 0 => Some((turn / 2) % r),
+        (r, _) if turn % 2 == 0 => Some((turn / 2) % r),
         (r, d) => Some(r + (turn / 2) % d),
     }
 }
