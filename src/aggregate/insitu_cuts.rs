@@ -75,7 +75,7 @@ pub fn plan(shape: &[ShapeNode], detachable: &[u32]) -> Vec<Cut> {
             // A root's cut takes every other probe off, the other roots' too: their calls run
             // on other threads (a flush, a compaction), and probed they slow this root's. On
             // db_bench, probing the flush thread's table_add alone made the writes 10% longer
-            // on the CPU and tripled their preemptions (benchmarks §41).
+            // on the CPU and preempted them 4-9 times as much (benchmarks §41).
             for &root in &clean {
                 let mut detach: Vec<u32> =
                     detachable.iter().copied().filter(|&p| p != root).collect();
