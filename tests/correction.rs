@@ -105,11 +105,14 @@ fn check_structure(run: &serde_json::Value, calls: u64, label: &str) {
 /// time, whose correction is its two children's whole probe cost (from the bulk means: one
 /// call of each child per persist_block call).
 fn check_times(run: &serde_json::Value, encode_us: f64, label: &str) -> Result<(), String> {
-    // Corrected total minus the time off the CPU (a preempted spin is real time, not probe
-    // cost, and no correction should remove it), per call, µs.
+    // Corrected total minus the time off the CPU still in it (a preempted spin is real time,
+    // not probe cost: the correction takes out only the probes' share of each preemption,
+    // `corrected.preempted_ns`, and the rest must not count here), per call, µs.
     let on_cpu_total = |path: &[&str]| {
         let n = node(run, path);
-        (u(&n["corrected"], "total_ns") as f64 - u(n, "off_cpu_ns") as f64) / 1000.0
+        let c = &n["corrected"];
+        let off_left = u(n, "off_cpu_ns").saturating_sub(u(c, "preempted_ns"));
+        (u(c, "total_ns") as f64 - off_left as f64) / 1000.0
     };
     let calls = u(node(run, &["write_record"]), "count") as f64;
     // What wprof states per call: its error bar and the probe time it took out, µs.
