@@ -18,11 +18,12 @@ pub struct InSituCheck {
     /// them): with the tree's count, every call.
     #[serde(default)]
     pub kept_out: u64,
-    /// Their mean, own probe share taken out, ns.
+    /// Their mean with their preempted time and their own probe share taken out, ns.
     pub light_mean_ns: f64,
     /// Its calls in the tree (full epochs).
     pub full_calls: u64,
-    /// Their raw mean less the own probe share, ns: the node with its descendants' probes.
+    /// Their raw mean less their preempted time and the own probe share, ns: the node with
+    /// its descendants' probes.
     pub full_mean_ns: f64,
     /// Descendant probe time per call the calibration took out, ns.
     pub calibrated_ns: f64,
