@@ -312,11 +312,10 @@ fn unpreempted_sd(hist: &LatencyHistogram) -> f64 {
     let top = hist.value_at_quantile(0.999);
     let (mut n, mut sum, mut sq) = (0.0, 0.0, 0.0);
     for v in hist.iter_recorded() {
-        let x = v.value_iterated_to() as f64;
         if v.value_iterated_to() > top {
             break;
         }
-        let c = v.count_at_value() as f64;
+        let (x, c) = (v.value_iterated_to() as f64, v.count_at_value() as f64);
         n += c;
         sum += c * x;
         sq += c * x * x;
