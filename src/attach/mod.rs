@@ -478,12 +478,18 @@ impl Tracer {
         if self.detached {
             return;
         }
-        // Without the unwind guard, stop first: entries that fire while the uretprobes come
-        // off would open calls whose returns are never seen (abandoned, thousands a second on
-        // a hot phase); stopped, a call in flight is left open at the end instead.
-        if !self.guarded {
-            let _ = self.set_config(wprof_common::config::STOPPED, 1);
-        }
+        // Stop counting first: entries that fire while the uretprobes come off would open
+        // calls whose returns are never seen (abandoned, thousands a second on a hot phase).
+        // Without the unwind guard, stopped, a call in flight is left open at the end. With
+        // it, closing: a call entering now is not counted but keeps its frame, since the
+        // kernel arms it until its uretprobe is gone and the guard must know every armed
+        // frame; the calls in flight still return and count.
+        let closing = if self.guarded {
+            wprof_common::config::CLOSING
+        } else {
+            1
+        };
+        let _ = self.set_config(wprof_common::config::STOPPED, closing);
         // Each release waits for the kernel's uprobe grace period: all at once.
         std::thread::scope(|s| {
             for link in std::mem::take(&mut self.usdt_links) {

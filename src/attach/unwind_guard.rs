@@ -244,7 +244,7 @@ impl Tracer {
             };
             let len = (st.len as usize).min(wprof_common::MAX_DEPTH);
             for f in &st.frames[..len] {
-                if f.uretprobe != wprof_common::FRAME_URETPROBE {
+                if f.uretprobe & wprof_common::FRAME_URETPROBE == 0 {
                     continue;
                 }
                 let mut slot = [0u8; 8];

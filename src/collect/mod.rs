@@ -263,7 +263,9 @@ pub fn read_end_state(tracer: &mut Tracer, nphases: usize) -> Result<EndState> {
         } else {
             &mut end.nodes.abandoned
         };
-        for f in st.frames.iter().take(st.len as usize) {
+        // A call entered while the run closed was never counted (config::CLOSING).
+        let counted = |f: &&wprof_common::Frame| f.uretprobe & wprof_common::FRAME_UNCOUNTED == 0;
+        for f in st.frames.iter().take(st.len as usize).filter(counted) {
             *bucket.entry(f.node).or_default() += 1;
         }
     }

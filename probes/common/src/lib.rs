@@ -178,6 +178,11 @@ pub const FRAME_DISARMED: u32 = 2;
 /// wprof to make (where the kernel refuses BPF's writes); cleared when the request goes.
 pub const FRAME_ASK: u32 = 4;
 
+/// `Frame::uretprobe` bit: the call entered while the run was closing
+/// ([`config::CLOSING`]): its frame is kept so the unwind guard knows it, but nothing counts
+/// it (no entry, return, span or abandonment).
+pub const FRAME_UNCOUNTED: u32 = 8;
+
 /// Return slots one request of the unwind guard carries at most: a thread's open frames.
 pub const GUARD_SLOTS: usize = MAX_DEPTH;
 
@@ -498,8 +503,15 @@ pub mod config {
     pub const KERNEL_AGGREGATE: u32 = 4;
     /// 1 once the run is ending: the uprobe programs ignore every hit from then on, so
     /// detaching them one after another (entries first) leaves the calls in flight open
-    /// instead of turning their returns into unmatched ones.
+    /// instead of turning their returns into unmatched ones. [`CLOSING`] before that with
+    /// the unwind guard.
     pub const STOPPED: u32 = 5;
+    /// [`STOPPED`]'s value while a guarded run's uretprobes come off: the calls in flight
+    /// still return and count, and a call entering now still gets its frame (the kernel may
+    /// arm it with the trampoline until its uretprobe is gone, and the unwind guard must know
+    /// it) but is not counted ([`super::FRAME_UNCOUNTED`]): the run's counts end here, so an
+    /// entry seen now without its return is not a lost return.
+    pub const CLOSING: u64 = 2;
     /// Phase id + 1 of the phase that stands for the Go runtime's stop-the-world pauses (its
     /// symbol is `runtime.stopTheWorldWithSema`), 0 for none: a Go call the world was stopped
     /// during gets a child node of that phase holding the paused time.

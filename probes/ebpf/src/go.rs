@@ -93,7 +93,7 @@ pub(crate) fn abandon_unwound_go(st: &mut ThreadStack, hi: u64) {
         if ret == top.ret_addr {
             break;
         }
-        count_abandoned(top.node);
+        count_abandoned(top);
         st.len = (len - 1) as u32;
     }
 }

@@ -16,7 +16,8 @@ use wprof_common::{
 };
 
 use crate::maps::{bump, count_abandoned, phase_counters};
-use crate::scope::traced;
+use crate::probe::frame_flags;
+use crate::scope::{closing, traced};
 use crate::stack::{pop_frame, push_frame, returning_stack, slot, stack_for, Owner};
 
 /// Tracepoints that open or close a kernel phase, keyed by the tracepoint's event type id.
@@ -96,14 +97,27 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         hi: 0,
     };
     if role.exit == 0 {
-        pc.entries += 1;
+        let counted = !closing();
+        if counted {
+            pc.entries += 1;
+        }
         let Some(st) = stack_for(key) else {
             bump(counter::NO_STACK);
             return Err(());
         };
         // A kernel phase still open on top lost its exit (e.g. the exit tracepoint was missed).
         abandon_kernel_frames(st);
-        push_frame(st, pc, who, role.phase, 0, false, 0, 0, 0)
+        push_frame(
+            st,
+            pc,
+            who,
+            role.phase,
+            0,
+            frame_flags(false, counted),
+            0,
+            0,
+            0,
+        )
     } else {
         let st = returning_stack(pc, key, true)?;
         pop_frame(st, pc, who, role.phase, now, None)
@@ -122,7 +136,7 @@ fn abandon_kernel_frames(st: &mut ThreadStack) {
         if top.sp != 0 {
             break;
         }
-        count_abandoned(top.node);
+        count_abandoned(top);
         st.len = (len - 1) as u32;
     }
 }

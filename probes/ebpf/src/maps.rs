@@ -127,11 +127,15 @@ pub(crate) fn get_or_insert<K, V, M: KeyedMap<K, V>>(map: &M, key: &K, init: &V)
     get_or_insert_with(map, key, || Some(init))
 }
 
-/// Counts a call of `node` closed without its return (globally and on the node).
+/// Counts a call closed without its return (globally and on its node), unless it entered
+/// while the run was closing (not counted at all, [`wprof_common::FRAME_UNCOUNTED`]).
 #[inline(always)]
-pub(crate) fn count_abandoned(node: u64) {
+pub(crate) fn count_abandoned(frame: &wprof_common::Frame) {
+    if frame.uretprobe & wprof_common::FRAME_UNCOUNTED != 0 {
+        return;
+    }
     bump(counter::ABANDONED);
-    if let Some(c) = node_counters(node) {
+    if let Some(c) = node_counters(frame.node) {
         // SAFETY: per-CPU value, exclusively ours while we run.
         unsafe { (*c).abandoned += 1 };
     }

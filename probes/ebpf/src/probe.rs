@@ -11,13 +11,15 @@ use aya_ebpf::{
     programs::{ProbeContext, RetProbeContext},
     EbpfContext,
 };
-use wprof_common::{config, counter, Event, EventKind, ARG_NONE, ARG_RETVAL};
+use wprof_common::{
+    config, counter, Event, EventKind, ARG_NONE, ARG_RETVAL, FRAME_UNCOUNTED, FRAME_URETPROBE,
+};
 
 use crate::events::emit_with;
 use crate::go::{abandon_unwound_go, owner_of, stw_started, stw_stopped, stw_total};
 use crate::keys::string_key;
 use crate::maps::{bump, phase_counters, CONFIG};
-use crate::scope::{wanted, wanted_for};
+use crate::scope::{closing, wanted, wanted_for};
 use crate::site::{arg_registers, pick, site_of};
 use crate::stack::{
     abandon_below, inside, pop_frame, push_frame, release_stack, return_address, returning_stack,
@@ -91,7 +93,11 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
         stw_started((id >> 32) as u32, unsafe { bpf_ktime_get_ns() });
     }
     let pc = phase_counters(site.phase).ok_or(())?;
-    pc.entries += 1;
+    // Read again where it is needed: one value live across the loops below would double the
+    // states the verifier walks (the entry program went past its 1M instructions).
+    if !closing() {
+        pc.entries += 1;
+    }
     let ret_addr = if USDT {
         // A USDT probe sits inside a function: no return address at sp. Its frame keeps the
         // stack pointer the start saw instead (see `usdt::open`).
@@ -119,7 +125,9 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
         abandon_unwound_go(st, who.hi);
     }
     if !inside(st, site.under) {
-        pc.outside_under += 1;
+        if !closing() {
+            pc.outside_under += 1;
+        }
         if st.len == 0 {
             release_stack(st, who.key);
         }
@@ -148,7 +156,7 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
         who,
         site.phase,
         ret_addr,
-        site.uretprobe,
+        frame_flags(site.uretprobe, !closing()),
         arg,
         stw,
         key,
@@ -180,9 +188,21 @@ fn on_return<C: EbpfContext>(
     let st = returning_stack(pc, who.key, !may_be_left_out)?;
     abandon_below(st, who.sp, None);
     if may_be_left_out && !top_is(st, site.phase, who.sp) {
+        pc.returns += 1;
         return Ok(());
     }
     // The first integer result: rax in both conventions.
     let retval = (site.arg == ARG_RETVAL).then_some(regs.rax);
     pop_frame(st, pc, who, site.phase, now, retval)
+}
+
+/// A new frame's `Frame::uretprobe` bits: [`FRAME_URETPROBE`] for a uretprobe phase,
+/// [`FRAME_UNCOUNTED`] for a call entering while the run closes.
+#[inline(always)]
+pub(crate) fn frame_flags(uretprobe: bool, counted: bool) -> u32 {
+    let mut flags = if uretprobe { FRAME_URETPROBE } else { 0 };
+    if !counted {
+        flags |= FRAME_UNCOUNTED;
+    }
+    flags
 }

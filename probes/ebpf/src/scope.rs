@@ -2,7 +2,7 @@
 //!
 //! In: `TRACED` (tgids, filled by userspace and, with `--follow-forks`, by the fork
 //! tracepoint for every child of a traced process), `CONFIG`'s `FILTER_TRACED` and `STOPPED`.
-//! Out: [`wanted`] / [`wanted_for`] / [`in_scope`] for the uprobe programs, [`traced`] for the
+//! Out: [`wanted`] / [`wanted_for`] / [`in_scope`] / [`closing`] for the uprobe programs, [`traced`] for the
 //! system-wide ones; the fork and exit tracepoints keep the set (and the exited threads'
 //! stacks) up to date.
 
@@ -43,10 +43,17 @@ pub(crate) fn wanted_for(phase: u32, key: u64) -> bool {
 /// traced ones (the `--pid`s and their descendants) go on.
 #[inline(always)]
 pub(crate) fn wanted(key: u64) -> bool {
-    if CONFIG.get(config::STOPPED).copied().unwrap_or(0) != 0 {
+    if CONFIG.get(config::STOPPED).copied().unwrap_or(0) == 1 {
         return false;
     }
     in_scope(key)
+}
+
+/// Whether the run is closing ([`config::CLOSING`]): a call entering now keeps its frame but
+/// is not counted.
+#[inline(always)]
+pub(crate) fn closing() -> bool {
+    CONFIG.get(config::STOPPED).copied().unwrap_or(0) == config::CLOSING
 }
 
 /// Whether thread `key` belongs to a traced process, stopped or not (the unwind guard keeps
@@ -104,7 +111,7 @@ pub(crate) fn thread_exit() -> u32 {
                 break;
             }
             // SAFETY: as above.
-            count_abandoned(unsafe { (*st).frames[slot(i)].node });
+            count_abandoned(unsafe { &(*st).frames[slot(i)] });
         }
         let _ = STACKS.remove(&key);
     }

@@ -13,8 +13,8 @@ use aya_ebpf::{
     maps::{HashMap, PerCpuArray},
 };
 use wprof_common::{
-    config, counter, Event, EventKind, PhaseCounters, ThreadStack, FRAME_URETPROBE,
-    GOROUTINE_KEY_BIT, MAX_DEPTH, MAX_THREADS,
+    config, counter, Event, EventKind, PhaseCounters, ThreadStack, FRAME_UNCOUNTED,
+    FRAME_URETPROBE, GOROUTINE_KEY_BIT, MAX_DEPTH, MAX_THREADS,
 };
 
 use crate::events::{define_node, node_hash};
@@ -139,7 +139,7 @@ pub(crate) fn abandon_below(st: &mut ThreadStack, sp: u64, entry_ret: Option<u64
         if !gone {
             break;
         }
-        count_abandoned(top.node);
+        count_abandoned(top);
         st.len = (len - 1) as u32;
     }
 }
@@ -195,7 +195,7 @@ pub(crate) fn push_frame(
     who: Owner,
     phase: u32,
     ret_addr: u64,
-    uretprobe: bool,
+    flags: u32,
     arg: u64,
     stw: u64,
     key: u64,
@@ -223,7 +223,7 @@ pub(crate) fn push_frame(
     frame.wprof_ns = 0;
     frame.phase = phase;
     frame.ret_addr = ret_addr;
-    frame.uretprobe = if uretprobe { FRAME_URETPROBE } else { 0 };
+    frame.uretprobe = flags;
     frame.arg = arg;
     frame.desc_probe_ns = 0;
     frame.desc_hits = 0;
@@ -254,17 +254,18 @@ fn count_unmatched(pc: &mut PhaseCounters) {
     bump(counter::UNMATCHED_RETURNS);
 }
 
-/// Counts a return of the phase and finds the thread's stack; a thread without one has no
-/// open phase, so the return is unmatched (e.g. its call started before the attach), and
-/// counted so when `count_missing`.
+/// Finds the thread's stack for a return of the phase; a thread without one has no open
+/// phase, so the return is counted, and counted as unmatched (e.g. its call started before
+/// the attach) when `count_missing`. [`pop_frame`] counts the others, and the caller those
+/// it leaves alone.
 #[inline(always)]
 pub(crate) fn returning_stack(
     pc: &mut PhaseCounters,
     key: u64,
     count_missing: bool,
 ) -> Result<&'static mut ThreadStack, ()> {
-    pc.returns += 1;
     let Some(st) = STACKS.get_ptr_mut(&key) else {
+        pc.returns += 1;
         if count_missing {
             count_unmatched(pc);
         }
@@ -286,11 +287,21 @@ pub(crate) fn pop_frame(
     retval: Option<u64>,
 ) -> Result<(), ()> {
     if !top_is(st, phase, who.sp) {
+        pc.returns += 1;
         count_unmatched(pc);
         return Err(());
     }
     let len = st.len as usize;
     let mut top = st.frames[slot(len - 1)];
+    if top.uretprobe & FRAME_UNCOUNTED != 0 {
+        // Entered while the run was closing: gone, and never counted.
+        st.len = (len - 1) as u32;
+        if len == 1 {
+            release_stack(st, who.key);
+        }
+        return Ok(());
+    }
+    pc.returns += 1;
     let dur = now.saturating_sub(top.start_ns);
     let depth = len - 1;
     let cost = PHASE_COSTS.get(phase).copied().unwrap_or_default();

@@ -499,7 +499,7 @@ fn rearm<const ASK: bool>(st: &mut ThreadStack, sp: u64) {
         if v == top.ret_addr {
             break;
         }
-        count_abandoned(top.node);
+        count_abandoned(&top);
         st.len = (len - 1) as u32;
     }
     let len = st.len as usize;

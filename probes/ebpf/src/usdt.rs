@@ -88,7 +88,7 @@ pub(crate) fn open(st: &mut ThreadStack, phase: u32, rsp: u64) -> u64 {
     let top = st.frames[slot(len - 1)];
     // A USDT frame's `ret_addr` holds the stack pointer its start saw.
     if top.phase == phase && top.ret_addr <= rsp {
-        count_abandoned(top.node);
+        count_abandoned(&top);
         st.len = (len - 1) as u32;
         if len == 1 {
             return u64::MAX;
@@ -121,7 +121,7 @@ pub(crate) fn close(st: &mut ThreadStack, phase: u32) -> u64 {
         if n <= found || n == 0 {
             break;
         }
-        count_abandoned(st.frames[slot(n - 1)].node);
+        count_abandoned(&st.frames[slot(n - 1)]);
         st.len = (n - 1) as u32;
     }
     st.frames[slot(found - 1)].sp
