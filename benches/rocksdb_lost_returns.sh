@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Returns the kernel never reported on db_bench: for each way of attaching, `wprof attach`
+# Returns never seen on db_bench: for each way of attaching, `wprof attach`
 # to one db_bench fillrandom for LIVE seconds, ROUNDS times in turn, and write_impl's entries
 # less its returns (JSON phases[].entries / returns: the uretprobe program never ran for
-# those calls, whose frames are then closed as abandoned).
+# those calls, whose frames are then closed as abandoned). docs/benchmarks.md §41 found 1.6-3.9%
+# (35-47% per point) lost under the unwind guard; §42 the cause (the detach) and the fix.
 #
 #   guarded    the default: uretprobes and the unwind guard's probes on the unwinder
 #   uretprobe  --return uretprobe: uretprobes alone (unsafe for C++ that throws through them)
