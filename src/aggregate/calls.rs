@@ -6,6 +6,8 @@
 
 use std::collections::HashMap;
 
+use super::ThreadMap;
+
 use wprof_common::Event;
 
 use crate::model::{CallRow, CallTable, SpanLog, SpanRecord};
@@ -27,7 +29,7 @@ pub struct CallRecorder {
     nphases: usize,
     max_calls: usize,
     max_spans: usize,
-    pending: HashMap<u64, Pending>,
+    pending: ThreadMap<u64, Pending>,
     table: CallTable,
     log: SpanLog,
     /// Each kept span's tree node: its string arrives after the span at times (same drain),
@@ -42,7 +44,7 @@ impl CallRecorder {
             nphases: names.len(),
             max_calls,
             max_spans,
-            pending: HashMap::new(),
+            pending: ThreadMap::default(),
             table: CallTable {
                 columns: names.to_vec(),
                 ..CallTable::default()
@@ -73,6 +75,13 @@ impl CallRecorder {
         if phase >= self.nphases {
             return;
         }
+        if self.table.capped {
+            // Full: a root call only counts now (its phases' sums would go nowhere).
+            if ev.depth == 0 {
+                self.table.total_calls += 1;
+            }
+            return;
+        }
         let key = ev.stack_key();
         let n = self.nphases;
         let p = self.pending.entry(key).or_insert_with(|| Pending {
@@ -92,6 +101,7 @@ impl CallRecorder {
         self.table.total_calls += 1;
         if self.table.rows.len() >= self.max_calls {
             self.table.capped = true;
+            self.pending = ThreadMap::default();
             return;
         }
         self.table.rows.push(CallRow {
@@ -166,13 +176,18 @@ mod tests {
 
     #[test]
     fn caps_are_counted_and_said() {
-        let names = vec!["w".to_string()];
+        let names = vec!["w".to_string(), "e".to_string()];
         let mut c = CallRecorder::new(&names, 2, 1);
         for _ in 0..5 {
-            c.span(&span(0, 0, 1, 1), false);
+            c.span(&span(1, 1, 1, 1), false);
+            c.span(&span(0, 0, 2, 1), false);
         }
+        // Once full, the table keeps no per-thread sums it could not put in a row.
+        c.span(&span(1, 1, 1, 1), false);
+        assert!(c.pending.is_empty());
         let (t, log) = c.finish(&HashMap::new());
         assert_eq!((t.rows.len(), t.total_calls, t.capped), (2, 5, true));
+        assert_eq!(t.rows[1].phase_ns, [2, 1]);
         assert!(log.capped);
     }
 

@@ -24,4 +24,10 @@ pub mod stacks;
 mod tree;
 
 pub use calls::{DEFAULT_MAX_CALLS, DEFAULT_MAX_SPANS};
+
+/// A map looked up for every span, keyed by thread (stack keys, process and thread ids):
+/// foldhash instead of the standard SipHash, which was ~16% of the reader's CPU on db_bench
+/// (benchmarks §43). Thread ids need no defence against chosen keys; tree nodes, already
+/// hashes, use `tree::NodeMap`.
+pub(crate) type ThreadMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 pub use tree::{Aggregator, EndCounters, LiveNode};

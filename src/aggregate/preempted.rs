@@ -17,6 +17,8 @@ use std::collections::HashMap;
 
 use wprof_common::Event;
 
+use super::ThreadMap;
+
 /// Decides how much of each call's preempted time is the probes' doing, once per preemption,
 /// in the part of the call it landed in.
 ///
@@ -55,12 +57,12 @@ use wprof_common::Event;
 pub struct Carry {
     /// Per stack of calls, per depth: the completed calls at that depth under their open
     /// parent.
-    by_stack: HashMap<u64, Vec<Level>>,
+    by_stack: ThreadMap<u64, Vec<Level>>,
     /// The threads' wait for a CPU before the probes went live, when measured.
     baseline: Option<WaitBaseline>,
     /// Per thread (process id, thread id): its root calls' time on the CPU and preempted
     /// time (not given to wprof's threads) so far.
-    traced: HashMap<(u32, u32), ThreadWait>,
+    traced: ThreadMap<(u32, u32), ThreadWait>,
 }
 
 /// What threads waited for a CPU per ns on it, untraced: by thread, and by process for the
@@ -205,7 +207,7 @@ impl Carry {
 /// this call, `now`), at most 1; 1 with no baseline for it.
 fn untraced_odds(
     baseline: Option<&WaitBaseline>,
-    traced: &HashMap<(u32, u32), ThreadWait>,
+    traced: &ThreadMap<(u32, u32), ThreadWait>,
     ev: &Event,
     now: ThreadWait,
 ) -> f64 {

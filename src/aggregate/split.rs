@@ -9,12 +9,11 @@
 //! the thread whose own span never came (lost to a full ring buffer, left by a longjmp or an
 //! exception, or started during `--skip`): they go to neither half and are counted.
 
-use std::collections::HashMap;
-
 use wprof_common::Event;
 
 use super::build::{phase_name, Builder};
 use super::tree::{NodeMap, NodeStats};
+use super::ThreadMap;
 use crate::model::SplitTrees;
 
 /// The spans of one thread's current root call.
@@ -30,7 +29,7 @@ struct Held {
 pub(super) struct Splitter {
     phase: u32,
     max_held: usize,
-    held: HashMap<u64, Held>,
+    held: ThreadMap<u64, Held>,
     with: NodeMap<NodeStats>,
     without: NodeMap<NodeStats>,
     with_spans: u64,
@@ -45,7 +44,7 @@ impl Splitter {
         Splitter {
             phase,
             max_held,
-            held: HashMap::new(),
+            held: ThreadMap::default(),
             with: NodeMap::default(),
             without: NodeMap::default(),
             with_spans: 0,
