@@ -38,11 +38,18 @@ struct Traced {
 }
 
 fn trace(profile_name: &str, program: &Path, args: &[&str]) -> Traced {
+    trace_with(&[], profile_name, program, args)
+}
+
+/// [`trace`] with `options` for `wprof record`.
+fn trace_with(options: &[&str], profile_name: &str, program: &Path, args: &[&str]) -> Traced {
     let untraced = run(std::process::Command::new(program).args(args));
     let dir = tempdir();
     let json = dir.path().join("run.json");
     let traced = run(wprof()
-        .args(["record", "--quiet", "--target"])
+        .arg("record")
+        .args(options)
+        .args(["--quiet", "--target"])
         .arg(profile(profile_name))
         .arg("--json")
         .arg(&json)
@@ -216,6 +223,45 @@ fn threads_throwing_together_never_harm_the_traced_program() {
         assert_unharmed(&t, "threads ok caught=200", mode);
         assert_frame(&t.run, 2, (200, 0));
         assert_frame(&t.run, 8, (0, 200));
+    }
+}
+
+/// Probes taken off and put back while the program throws: `--in-situ` alternates which
+/// phases are live every 0.25 s, `--max-overhead` moves the costliest to sampling and then
+/// duty-cycles the rest. Both once ended this case in `std::terminate` three runs in three: a
+/// guarded phase's returns went live before its entries (and, taking it off, stayed live after
+/// them), so calls entering in between were armed with the kernel's trampoline with no frame
+/// the unwind guard knew. 40,000 exceptions through six probed frames, on 4 threads.
+#[test]
+fn probes_coming_off_and_back_never_harm_a_throwing_program() {
+    if !bpf_available() {
+        return;
+    }
+    let (Some(clang), Some(gcc)) = (torture("unwind-torture-clang"), torture("unwind-torture"))
+    else {
+        return;
+    };
+    let _g = bpf_lock();
+    let mode = cxx_default_return_mode();
+    for (options, prog) in [
+        (&["--in-situ"][..], &gcc),
+        (&["--in-situ"][..], &clang),
+        (&["--max-overhead", "5"][..], &gcc),
+    ] {
+        let t = trace_with(options, "unwind.toml", prog, &["threads", "4", "10000"]);
+        assert_unharmed(&t, "threads ok caught=40000", mode);
+        // Every root call counted returned; `--in-situ` never takes the root off, the duty
+        // cycle of `--max-overhead` counts it in its live windows only.
+        let root = &t.run["phases"][0];
+        assert_eq!(root["name"], "f1");
+        assert_eq!(
+            u(root, "entries"),
+            u(root, "returns"),
+            "{options:?}: {root}"
+        );
+        if options == ["--in-situ"] {
+            assert_eq!(u(root, "entries"), 40_000, "{root}");
+        }
     }
 }
 

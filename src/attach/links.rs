@@ -2,8 +2,8 @@
 //!
 //! In: the ids of phases given links of their own before the attach
 //! ([`Tracer::keep_phase_links`]): a phase moved to sampling, or the probes paused by a duty
-//! cycle. Out: their links released (entries first, or all at once with BPF stopped) and
-//! made again from the kept [`LinkPlan`]s, returns before entries.
+//! cycle. Out: their links released (closing first, then returns before entries; or all at
+//! once with BPF stopped) and made again from the kept [`LinkPlan`]s, returns before entries.
 
 use anyhow::{Context, Result};
 use aya::programs::uprobe::{UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope};
@@ -29,9 +29,13 @@ impl Tracer {
     }
 
     /// Takes these phases' probes off while the run goes on (a phase moved to sampling, or
-    /// the probes paused by a duty cycle). Entries first: after `settle` the calls in flight
-    /// have returned through the return probes, which come off last, so no open frame is left
-    /// behind. Returns how many of them had links of their own live.
+    /// the probes paused by a duty cycle). The phases close first (`CLOSING_PHASES`): a call
+    /// entering from then on keeps its frame, so the unwind guard knows every call the
+    /// kernel arms with its trampoline, but is not counted. After `settle` the calls in
+    /// flight have returned; then the returns come off, and the entries last, so no call is
+    /// ever armed without a frame. (Entries first, as before, left the calls entering before
+    /// the returns went armed and unknown: one thrown through ended in `std::terminate`.)
+    /// Returns how many of them had links of their own live.
     pub fn detach_phases(&mut self, ids: &[u32], settle: std::time::Duration) -> Result<usize> {
         let (detached, entries, returns) = self.take_phase_links(ids)?;
         release_in_order(entries, returns, settle);
@@ -68,6 +72,7 @@ impl Tracer {
                 continue;
             };
             detached += 1;
+            self.set_closing(&[*id], true)?;
             for (prog, link) in links {
                 if prog == self.progs.entry {
                     entries.push((*id, prog, link));
@@ -161,8 +166,10 @@ impl Tracer {
         Ok(())
     }
 
-    /// Puts back the probes [`Tracer::detach_phases`] took off: returns before entries, as
-    /// [`Tracer::attach`] does.
+    /// Puts back the probes [`Tracer::detach_phases`] took off, the phases still closing:
+    /// entries before returns, so every call the kernel arms has a frame the unwind guard
+    /// knows (returns first left the calls entering between armed and unknown); then their
+    /// calls count again.
     pub fn reattach_phases(&mut self, ids: &[u32]) -> Result<()> {
         let entry = self.progs.entry;
         let mut plans: Vec<(u32, LinkPlan)> = ids
@@ -173,11 +180,22 @@ impl Tracer {
                 plans.into_iter().map(move |p| (*id, p))
             })
             .collect();
-        plans.sort_by_key(|(_, p)| p.prog == entry);
+        plans.sort_by_key(|(_, p)| p.prog != entry);
         for (id, p) in plans {
             let what = format!("the probes of phase {id} again");
             let link = self.attach_points(p.prog, p.points, &p.target, p.scope, p.pid, &what)?;
             self.phase_links.entry(id).or_default().push((p.prog, link));
+        }
+        self.set_closing(ids, false)
+    }
+
+    /// Marks phases as closing (their calls entering from now on keep frames but are not
+    /// counted: `CLOSING_PHASES`) or open again.
+    pub(super) fn set_closing(&mut self, ids: &[u32], closing: bool) -> Result<()> {
+        let mut map = self.closing_phases_mut()?;
+        for id in ids {
+            map.set(*id, &u32::from(closing), 0)
+                .with_context(|| format!("mark phase {id} closing: {closing}"))?;
         }
         Ok(())
     }
@@ -200,18 +218,18 @@ impl Detaching {
     }
 }
 
-/// Releases entry links, then after `settle` (the calls in flight return meanwhile) the return
-/// links.
+/// Releases closing phases' links: after `settle` (the calls in flight return meanwhile) the
+/// return links, then the entry links.
 fn release_in_order(
     entries: Vec<UProbeLink>,
     returns: Vec<UProbeLink>,
     settle: std::time::Duration,
 ) {
-    drop_together(entries);
     if !returns.is_empty() {
         std::thread::sleep(settle);
     }
     drop_together(returns);
+    drop_together(entries);
 }
 
 /// Drops links all at once: each release waits for the kernel's uprobe grace period (~0.1-0.3

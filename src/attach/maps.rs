@@ -117,6 +117,11 @@ impl Tracer {
         typed(self.map_mut(name::PHASE_KEYS)?, name::PHASE_KEYS)
     }
 
+    /// The phases whose probes are coming off (1), by phase id.
+    pub(super) fn closing_phases_mut(&mut self) -> Result<Array<&mut MapData, u32>> {
+        typed(self.map_mut(name::CLOSING_PHASES)?, name::CLOSING_PHASES)
+    }
+
     /// The probe cost of one call, by phase id.
     pub(super) fn phase_costs_mut(&mut self) -> Result<Array<&mut MapData, PhaseCost>> {
         typed(self.map_mut(name::PHASE_COSTS)?, name::PHASE_COSTS)

@@ -341,11 +341,20 @@ impl Tracer {
             // Go calls show the stop-the-world pauses they sat through under this phase.
             self.set_config(wprof_common::config::GO_STW_PHASE, u64::from(id) + 1)?;
         }
-        // Returns go live before entries. A call already in flight then shows as an unmatched
-        // return, which is what it is; entries first would leave it an open frame that the
-        // goroutine's or thread's next call at that depth counts as abandoned.
+        // Entries go live before returns, the phases closing meanwhile (`CLOSING_PHASES`): a
+        // call entering then keeps a frame but is not counted, so every call the kernel arms
+        // with a uretprobe's trampoline has a frame the unwind guard knows (returns first left
+        // the calls entering between armed and unknown, and a guarded phase moved back by
+        // `--in-situ` ended a C++ program in `std::terminate`). A call in flight before is
+        // not seen at all.
         let entry = self.progs.entry;
-        plan.sort_by_key(|(prog, _, _, _)| *prog == entry);
+        plan.sort_by_key(|(prog, _, _, _)| *prog != entry);
+        let opening: Vec<u32> = phases
+            .iter()
+            .filter(|p| p.is_probed() && p.usdt.is_none())
+            .map(|p| p.id)
+            .collect();
+        self.set_closing(&opening, true)?;
         let usdt: Vec<&ResolvedPhase> = phases
             .iter()
             .filter(|p| p.is_probed() && p.usdt.is_some())
@@ -376,6 +385,7 @@ impl Tracer {
                 };
             }
         }
+        self.set_closing(&opening, false)?;
         Ok(summary)
     }
 

@@ -178,9 +178,9 @@ pub const FRAME_DISARMED: u32 = 2;
 /// wprof to make (where the kernel refuses BPF's writes); cleared when the request goes.
 pub const FRAME_ASK: u32 = 4;
 
-/// `Frame::uretprobe` bit: the call entered while the run was closing
-/// ([`config::CLOSING`]): its frame is kept so the unwind guard knows it, but nothing counts
-/// it (no entry, return, span or abandonment).
+/// `Frame::uretprobe` bit: the call entered while the run, or its phase's probes, were closing
+/// ([`config::CLOSING`], `CLOSING_PHASES`): its frame is kept so the unwind guard knows it,
+/// but nothing counts it (no entry, return, span or abandonment).
 pub const FRAME_UNCOUNTED: u32 = 8;
 
 /// Return slots one request of the unwind guard carries at most: a thread's open frames.

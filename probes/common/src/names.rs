@@ -44,9 +44,11 @@ pub mod map {
     pub const GUARD_ASKS: &str = "GUARD_ASKS";
     /// wprof's answers to them, by thread.
     pub const GUARD_DONE: &str = "GUARD_DONE";
+    /// Phases whose probes are coming off, by phase id (1: closing, as `config::CLOSING`).
+    pub const CLOSING_PHASES: &str = "CLOSING_PHASES";
 
     /// Every map above.
-    pub const ALL: [&str; 17] = [
+    pub const ALL: [&str; 18] = [
         EVENTS,
         STACKS,
         COUNTERS,
@@ -64,6 +66,7 @@ pub mod map {
         USDT_SITES,
         GUARD_ASKS,
         GUARD_DONE,
+        CLOSING_PHASES,
     ];
 }
 

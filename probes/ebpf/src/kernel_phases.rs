@@ -15,9 +15,9 @@ use wprof_common::{
     counter, ThreadStack, TracepointRole, MAX_PHASES, SYS_EXIT_BIT, SYS_PHASE_SLOTS,
 };
 
-use crate::maps::{bump, count_abandoned, phase_counters};
+use crate::maps::{bump, closing, count_abandoned, phase_counters};
 use crate::probe::frame_flags;
-use crate::scope::{closing, traced};
+use crate::scope::traced;
 use crate::stack::{pop_frame, push_frame, returning_stack, slot, stack_for, Owner};
 
 /// Tracepoints that open or close a kernel phase, keyed by the tracepoint's event type id.
@@ -97,7 +97,7 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
         hi: 0,
     };
     if role.exit == 0 {
-        let counted = !closing();
+        let counted = !closing(role.phase);
         if counted {
             pc.entries += 1;
         }

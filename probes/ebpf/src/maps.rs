@@ -38,6 +38,19 @@ static NODE_COUNTERS: PerCpuHashMap<u64, NodeCounters> =
 #[map]
 pub(crate) static PHASE_COSTS: Array<PhaseCost> = Array::with_max_entries(MAX_PHASES, 0);
 
+/// Phases whose probes are coming off (a move or an in-situ epoch), by phase id: 1 while
+/// they close as the whole run does at its end (`config::CLOSING`), set before their links
+/// go and cleared before they come back.
+#[map]
+static CLOSING_PHASES: Array<u32> = Array::with_max_entries(MAX_PHASES, 0);
+
+/// Whether a call of `phase` entering now goes uncounted: the run or the phase is closing.
+#[inline(always)]
+pub(crate) fn closing(phase: u32) -> bool {
+    CONFIG.get(config::STOPPED).copied().unwrap_or(0) == config::CLOSING
+        || CLOSING_PHASES.get(phase).copied().unwrap_or(0) != 0
+}
+
 /// Adds one to global counter `index` (`wprof_common::counter`).
 #[inline(always)]
 pub(crate) fn bump(index: u32) {

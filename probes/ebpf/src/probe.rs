@@ -18,8 +18,8 @@ use wprof_common::{
 use crate::events::emit_with;
 use crate::go::{abandon_unwound_go, owner_of, stw_started, stw_stopped, stw_total};
 use crate::keys::string_key;
-use crate::maps::{bump, phase_counters, CONFIG};
-use crate::scope::{closing, wanted, wanted_for};
+use crate::maps::{bump, closing, phase_counters, CONFIG};
+use crate::scope::{wanted, wanted_for};
 use crate::site::{arg_registers, pick, site_of};
 use crate::stack::{
     abandon_below, inside, pop_frame, push_frame, release_stack, return_address, returning_stack,
@@ -95,7 +95,7 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
     let pc = phase_counters(site.phase).ok_or(())?;
     // Read again where it is needed: one value live across the loops below would double the
     // states the verifier walks (the entry program went past its 1M instructions).
-    if !closing() {
+    if !closing(site.phase) {
         pc.entries += 1;
     }
     let ret_addr = if USDT {
@@ -125,7 +125,7 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
         abandon_unwound_go(st, who.hi);
     }
     if !inside(st, site.under) {
-        if !closing() {
+        if !closing(site.phase) {
             pc.outside_under += 1;
         }
         if st.len == 0 {
@@ -156,7 +156,7 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
         who,
         site.phase,
         ret_addr,
-        frame_flags(site.uretprobe, !closing()),
+        frame_flags(site.uretprobe, !closing(site.phase)),
         arg,
         stw,
         key,

@@ -2,7 +2,7 @@
 //!
 //! In: `TRACED` (tgids, filled by userspace and, with `--follow-forks`, by the fork
 //! tracepoint for every child of a traced process), `CONFIG`'s `FILTER_TRACED` and `STOPPED`.
-//! Out: [`wanted`] / [`wanted_for`] / [`in_scope`] / [`closing`] for the uprobe programs, [`traced`] for the
+//! Out: [`wanted`] / [`wanted_for`] / [`in_scope`] for the uprobe programs, [`traced`] for the
 //! system-wide ones; the fork and exit tracepoints keep the set (and the exited threads'
 //! stacks) up to date.
 
@@ -47,13 +47,6 @@ pub(crate) fn wanted(key: u64) -> bool {
         return false;
     }
     in_scope(key)
-}
-
-/// Whether the run is closing ([`config::CLOSING`]): a call entering now keeps its frame but
-/// is not counted.
-#[inline(always)]
-pub(crate) fn closing() -> bool {
-    CONFIG.get(config::STOPPED).copied().unwrap_or(0) == config::CLOSING
 }
 
 /// Whether thread `key` belongs to a traced process, stopped or not (the unwind guard keeps
