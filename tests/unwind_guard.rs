@@ -30,6 +30,14 @@ fn torture(name: &str) -> Option<PathBuf> {
         .then_some(p)
 }
 
+/// The torture program built by clang++ and by g++, where BPF and both builds are there.
+fn both_tortures() -> Option<(PathBuf, PathBuf)> {
+    if !bpf_available() {
+        return None;
+    }
+    Some((torture("unwind-torture-clang")?, torture("unwind-torture")?))
+}
+
 /// One case: the program's output untraced and traced, and the run's JSON.
 struct Traced {
     untraced: Output,
@@ -208,11 +216,7 @@ fn cxx_exceptions_built_by_clang_never_harm_the_traced_program() {
 /// `std::terminate` (a thread's frames left armed); 20 runs see that with ~88% odds.
 #[test]
 fn threads_throwing_together_never_harm_the_traced_program() {
-    if !bpf_available() {
-        return;
-    }
-    let (Some(clang), Some(gcc)) = (torture("unwind-torture-clang"), torture("unwind-torture"))
-    else {
+    let Some((clang, gcc)) = both_tortures() else {
         return;
     };
     let _g = bpf_lock();
@@ -234,11 +238,7 @@ fn threads_throwing_together_never_harm_the_traced_program() {
 /// the unwind guard knew. 40,000 exceptions through six probed frames, on 4 threads.
 #[test]
 fn probes_coming_off_and_back_never_harm_a_throwing_program() {
-    if !bpf_available() {
-        return;
-    }
-    let (Some(clang), Some(gcc)) = (torture("unwind-torture-clang"), torture("unwind-torture"))
-    else {
+    let Some((clang, gcc)) = both_tortures() else {
         return;
     };
     let _g = bpf_lock();

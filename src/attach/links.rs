@@ -3,7 +3,7 @@
 //! In: the ids of phases given links of their own before the attach
 //! ([`Tracer::keep_phase_links`]): a phase moved to sampling, or the probes paused by a duty
 //! cycle. Out: their links released (closing first, then returns before entries; or all at
-//! once with BPF stopped) and made again from the kept [`LinkPlan`]s, returns before entries.
+//! once with BPF stopped) and made again from the kept [`LinkPlan`]s, entries before returns.
 
 use anyhow::{Context, Result};
 use aya::programs::uprobe::{UProbeAttachPoint, UProbeLink, UProbeLinkId, UProbeScope};

@@ -98,10 +98,10 @@ fn kernel_phase(key: u64, now: u64, role: TracepointRole) -> Result<(), ()> {
     };
     if role.exit == 0 {
         let counted = !closing(role.phase);
-        if counted {
-            pc.entries += 1;
-        }
         let Some(st) = stack_for(key) else {
+            if counted {
+                pc.entries += 1;
+            }
             bump(counter::NO_STACK);
             return Err(());
         };

@@ -93,11 +93,9 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
         stw_started((id >> 32) as u32, unsafe { bpf_ktime_get_ns() });
     }
     let pc = phase_counters(site.phase).ok_or(())?;
-    // Read again where it is needed: one value live across the loops below would double the
-    // states the verifier walks (the entry program went past its 1M instructions).
-    if !closing(site.phase) {
-        pc.entries += 1;
-    }
+    // The entry counts where its call's fate is known (`push_frame` for a call pushed), and
+    // `closing` is read again where needed: one value live across the loops below would
+    // double the states the verifier walks (the entry program went past its 1M instructions).
     let ret_addr = if USDT {
         // A USDT probe sits inside a function: no return address at sp. Its frame keeps the
         // stack pointer the start saw instead (see `usdt::open`).
@@ -112,6 +110,9 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
     };
     let mut who = owner_of(&site, regs, id, regs.rsp);
     let Some(st) = stack_for(who.key) else {
+        if !closing(site.phase) {
+            pc.entries += 1;
+        }
         bump(counter::NO_STACK);
         return Err(());
     };
@@ -126,6 +127,7 @@ pub(crate) fn on_entry<C: EbpfContext, const USDT: bool>(
     }
     if !inside(st, site.under) {
         if !closing(site.phase) {
+            pc.entries += 1;
             pc.outside_under += 1;
         }
         if st.len == 0 {
@@ -197,7 +199,7 @@ fn on_return<C: EbpfContext>(
 }
 
 /// A new frame's `Frame::uretprobe` bits: [`FRAME_URETPROBE`] for a uretprobe phase,
-/// [`FRAME_UNCOUNTED`] for a call entering while the run closes.
+/// [`FRAME_UNCOUNTED`] for a call entering while the run or its phase closes.
 #[inline(always)]
 pub(crate) fn frame_flags(uretprobe: bool, counted: bool) -> u32 {
     let mut flags = if uretprobe { FRAME_URETPROBE } else { 0 };

@@ -202,18 +202,28 @@ pub(crate) fn push_frame(
 ) -> Result<(), ()> {
     let len = st.len as usize;
     if len >= MAX_DEPTH {
+        if flags & FRAME_UNCOUNTED == 0 {
+            pc.entries += 1;
+        }
         pc.overflow += 1;
         bump(counter::OVERFLOW);
         return Err(());
     }
-    let parent = if len == 0 {
-        0
+    let (parent, parent_flags) = if len == 0 {
+        (0, 0)
     } else {
-        st.frames[slot(len - 1)].node
+        let p = &st.frames[slot(len - 1)];
+        (p.node, p.uretprobe)
     };
+    // A call inside one nobody counts is not counted either, and shapes no node of the tree
+    // (a closing phase's last calls would otherwise leave paths no counted call takes).
+    let flags = flags | (parent_flags & FRAME_UNCOUNTED);
     // A grouped call's string key makes its node (and the subtree below) one of its own.
     let node = node_hash(parent ^ key, phase);
-    define_node(node, parent, phase, len as u32, who.id, key != 0);
+    if flags & FRAME_UNCOUNTED == 0 {
+        pc.entries += 1;
+        define_node(node, parent, phase, len as u32, who.id, key != 0);
+    }
     let frame = &mut st.frames[slot(len)];
     frame.node = node;
     frame.sp = who.sp;
@@ -294,7 +304,7 @@ pub(crate) fn pop_frame(
     let len = st.len as usize;
     let mut top = st.frames[slot(len - 1)];
     if top.uretprobe & FRAME_UNCOUNTED != 0 {
-        // Entered while the run was closing: gone, and never counted.
+        // Entered while the run or its phase was closing: gone, and never counted.
         st.len = (len - 1) as u32;
         if len == 1 {
             release_stack(st, who.key);
