@@ -106,12 +106,15 @@ fn timing(
     for (path, commanded_us) in LONG_PHASES {
         let (e, k) = (node(event, path), node(kernel, path));
         let name = path.join("/");
+        // Two runs of the fixture, not the same calls: 3%. A .ci/run saw write_record's p50
+        // 2.1% apart three times in a row, the two runs' medians swapping between attempts
+        // (292.9 and 299.0 µs); each run's own figures are held to 2% below.
         errors.extend(
             within(
                 &format!("{name}: p50, kernel vs event"),
                 p50_ns(k, false),
                 p50_ns(e, false),
-                0.02,
+                0.03,
             )
             .err(),
         );
