@@ -139,7 +139,13 @@ pub struct Tracer {
     last_sweep: std::time::Instant,
     /// The stacks CPU samples carried, stored by the collector.
     copied_stacks: copied_stacks::SharedStacks,
+    /// sched:sched_switch following the traced threads ([`Tracer::attach_off_cpu`]): its
+    /// link, None while a duty cycle has it off ([`Tracer::pause_off_cpu`]).
+    off_cpu: Option<OffCpuLink>,
 }
+
+/// sched:sched_switch's link, or none while it is paused.
+struct OffCpuLink(Option<aya::programs::trace_point::TracePointLinkId>);
 
 /// One calibration function to probe (`probe_cost::calibrate`).
 #[derive(Debug, Clone, Copy)]
@@ -215,6 +221,7 @@ impl Tracer {
             phase_plans: Default::default(),
             phase_links: Default::default(),
             copied_stacks: Default::default(),
+            off_cpu: None,
             usdt_links: Vec::new(),
             last_sweep: std::time::Instant::now(),
         };

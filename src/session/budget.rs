@@ -341,15 +341,26 @@ impl<'a> Keeper<'a> {
         let ids = self.probed();
         let wait = settle(agg, &ids);
         let follows = self.sampler_follows;
+        let warn = |done: anyhow::Result<()>| {
+            if let Err(e) = done {
+                eprintln!("wprof: warning: duty cycle: {e:#}");
+            }
+        };
         let done = self.switching(tracer, |t| {
             if follows {
-                if let Err(e) = t.pause_sampling(switch == Switch::Pause) {
-                    eprintln!("wprof: warning: duty cycle: {e:#}");
-                }
+                warn(t.pause_sampling(switch == Switch::Pause));
             }
+            // sched_switch follows the probes: on before they are back, off once they are.
             match switch {
-                Switch::Pause => t.pause_phases(&ids, wait),
-                Switch::Resume => t.resume_phases(&ids).map(|_| Vec::new()),
+                Switch::Pause => {
+                    let queued = t.pause_phases(&ids, wait);
+                    warn(t.pause_off_cpu(true));
+                    queued
+                }
+                Switch::Resume => {
+                    warn(t.pause_off_cpu(false));
+                    t.resume_phases(&ids).map(|_| Vec::new())
+                }
             }
         });
         match done {

@@ -257,6 +257,20 @@ pub fn wprof_program_ids() -> Vec<u64> {
         .collect()
 }
 
+/// The names of the wprof programs that links point at now, one entry a link (a program
+/// attached twice is named twice).
+pub fn wprof_linked_programs() -> Vec<String> {
+    let names: std::collections::HashMap<u64, String> = bpftool("prog")
+        .iter()
+        .filter_map(|p| Some((p["id"].as_u64()?, p["name"].as_str()?.to_string())))
+        .filter(|(_, n)| n.starts_with("wprof_"))
+        .collect();
+    bpftool("link")
+        .iter()
+        .filter_map(|l| names.get(&l["prog_id"].as_u64()?).cloned())
+        .collect()
+}
+
 /// What of wprof is still loaded: its programs, and any link pointing at one of `prog_ids`.
 pub fn wprof_leftovers(prog_ids: &[u64]) -> Vec<String> {
     let mut left: Vec<String> = wprof_program_ids()
