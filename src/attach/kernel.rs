@@ -319,6 +319,14 @@ fn offset_in_format(format: &str, field: &str) -> Option<u64> {
     })
 }
 
+/// Attaches the loaded sched_switch program to its tracepoint.
+fn attach_sched_switch(
+    prog: &mut TracePoint,
+) -> Result<aya::programs::trace_point::TracePointLinkId> {
+    prog.attach("sched", "sched_switch")
+        .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")
+}
+
 #[cfg(test)]
 mod tests {
     use super::offset_in_format;
@@ -342,12 +350,4 @@ format:
         assert_eq!(offset_in_format(SCHED_SWITCH, "next_comm"), Some(40));
         assert_eq!(offset_in_format(SCHED_SWITCH, "next"), None);
     }
-}
-
-/// Attaches the loaded sched_switch program to its tracepoint.
-fn attach_sched_switch(
-    prog: &mut TracePoint,
-) -> Result<aya::programs::trace_point::TracePointLinkId> {
-    prog.attach("sched", "sched_switch")
-        .context("attach tracepoint sched:sched_switch (is tracefs mounted?)")
 }
