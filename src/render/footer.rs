@@ -5,6 +5,7 @@
 //! `phases:` table, the counters line, a line per node with units (cost per unit, units/s), the
 //! probe-cost line and the list of flagged phases.
 
+use crate::model::profile::ReturnMode;
 use crate::model::symbol::demangle;
 use crate::model::{PhaseInfo, Run};
 
@@ -51,11 +52,17 @@ fn write_units(run: &Run, out: &mut String) {
 /// The calibration the run corrected with: per class its pair cost, the part inside a call,
 /// and the error; only the classes the run's phases use.
 fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String) {
+    // A guarded phase returns through a uretprobe too, priced as a plain one.
+    let uretprobe = |mode: &str| {
+        [ReturnMode::Uretprobe, ReturnMode::Guarded]
+            .iter()
+            .any(|m| m.as_str() == mode)
+    };
     let used = |k: &crate::model::ClassCost| {
         let class = crate::model::class_name(k.entry);
-        run.phases
-            .iter()
-            .any(|p| p.entry_cost == class && p.return_mode == k.return_mode() && p.entries > 0)
+        run.phases.iter().any(|p| {
+            p.entry_cost == class && uretprobe(&p.return_mode) == k.uretprobe && p.entries > 0
+        })
     };
     let start: Vec<String> = c
         .classes
@@ -341,7 +348,20 @@ pub(super) fn write_footer(run: &Run, opts: &TextOptions, flagged: &[Flagged], o
             "flagged (probe share > {limit:.0}%, {why}): {}\n",
             list.join(", ")
         ));
+        if corrected && !checked_in_the_run(run) {
+            out.push_str(
+                "  the calibration prices the traps on empty functions, not what they cost the \
+                 code after them (caches, TLB): on short real phases that is more (db_bench's \
+                 writes: ×1.4 the price). --in-situ measures it in the run\n",
+            );
+        }
     }
+}
+
+/// Whether the run measured what the probes cost in place (an in-situ check, or a duty cycle's
+/// reading of the program's own pace), beyond the calibration's empty functions.
+fn checked_in_the_run(run: &Run) -> bool {
+    !run.in_situ.is_empty() || run.probe_cost.progress.is_some()
 }
 
 /// "preempted: ROOT X a call of its Y off the CPU, the probes' Z …" for the roots that were:

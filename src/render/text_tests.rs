@@ -166,6 +166,59 @@ fn corrected_tree_matches_golden() {
 }
 
 #[test]
+fn a_flagged_corrected_tree_says_what_the_calibration_leaves_out() {
+    let mut run = calibrated_run();
+    let strict = TextOptions {
+        flag_probe_share: 0.0,
+        ..TextOptions::default()
+    };
+    let hint = "--in-situ measures it in the run";
+    let text = render_tree(&run, &strict);
+    assert!(
+        text.contains("flagged (probe share > 0%, corrected"),
+        "{text}"
+    );
+    assert!(text.contains(hint), "{text}");
+    // Nothing flagged, or the run checked itself in place: no hint.
+    assert!(!plain(&run).contains(hint));
+    run.in_situ.push(crate::model::InSituCheck {
+        phase: 0,
+        name: "write_record".into(),
+        path: Vec::new(),
+        light_calls: 100,
+        kept_out: 100,
+        light_mean_ns: 1000.0,
+        full_calls: 900,
+        full_mean_ns: 2000.0,
+        calibrated_ns: 1000.0,
+        in_situ_ns: 1000.0,
+        error_ns: 10.0,
+        factor: 1.0,
+        excess_per_hit_ns: 0.0,
+        children_fitted: None,
+    });
+    assert!(!render_tree(&run, &strict).contains(hint));
+}
+
+#[test]
+fn guarded_phases_are_priced_by_the_uretprobe_calibration() {
+    let mut run = calibrated_run();
+    let class = "nop+uretprobe 1.0 µs a call";
+    assert!(plain(&run).contains(class));
+    // C++ phases return through guarded uretprobes, priced as plain ones: the footer named
+    // no class for them ("no probed call") when only those were attached.
+    for p in run
+        .phases
+        .iter_mut()
+        .filter(|p| p.return_mode == "uretprobe")
+    {
+        p.return_mode = "guarded".into();
+    }
+    let text = plain(&run);
+    assert!(text.contains(class), "{text}");
+}
+
+#[test]
 fn corrected_tree_shows_corrected_times_and_the_raw_mean() {
     let run = calibrated_run();
     let text = plain(&run);
