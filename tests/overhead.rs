@@ -72,6 +72,26 @@ fn a_budget_even_a_duty_cycle_cannot_meet_detaches_writes_outputs_and_exits_5() 
     );
 }
 
+/// `wprof record --max-overhead 20` of the fixture's zero-spin writes, `iterations` of them:
+/// hot enough that the root, which cannot move to sampling, is duty-cycled.
+fn over_budget_alone(json: &std::path::Path, iterations: u64) -> std::process::Command {
+    let mut c = wprof();
+    c.args([
+        "record",
+        "--target",
+        "fixture",
+        "--max-overhead",
+        "20",
+        "--json",
+    ])
+    .arg(json)
+    .arg("--")
+    .arg(fixture("writepath"))
+    .args(["--iterations", &iterations.to_string()])
+    .args(ZERO_SPINS);
+    c
+}
+
 #[test]
 fn a_root_over_budget_alone_is_probed_part_of_each_second() {
     if !bpf_available() {
@@ -81,20 +101,7 @@ fn a_root_over_budget_alone_is_probed_part_of_each_second() {
     let before = wprof_program_ids();
     let dir = tempdir();
     let json = dir.path().join("run.json");
-    let out = run(wprof()
-        .args([
-            "record",
-            "--target",
-            "fixture",
-            "--max-overhead",
-            "20",
-            "--json",
-        ])
-        .arg(&json)
-        .arg("--")
-        .arg(fixture("writepath"))
-        .args(["--iterations", "1500000"])
-        .args(ZERO_SPINS));
+    let out = run(&mut over_budget_alone(&json, 1_500_000));
     let stderr = String::from_utf8_lossy(&out.stderr);
     // Within budget in the end: the run goes on to the command's exit.
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
@@ -165,22 +172,9 @@ fn preemptions_are_followed_only_while_the_probes_are_live() {
     let before = wprof_program_ids();
     let dir = tempdir();
     let json = dir.path().join("run.json");
-    let mut child = wprof()
-        .args([
-            "record",
-            "-q",
-            "--target",
-            "fixture",
-            "--max-overhead",
-            "20",
-            "--json",
-        ])
-        .arg(&json)
-        .arg("--")
-        .arg(fixture("writepath"))
-        .args(["--iterations", "8000000"])
-        .args(ZERO_SPINS)
+    let mut child = over_budget_alone(&json, 8_000_000)
         .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .expect("start wprof");
     // (sched_switch linked, entry links) every 50 ms while wprof runs.
