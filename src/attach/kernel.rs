@@ -9,7 +9,7 @@ use aya::programs::{PerfEvent, TracePoint, UProbe};
 use wprof_common::names::program;
 use wprof_common::{config, TracepointRole, SYS_EXIT_BIT};
 
-use super::{verified, Tracer};
+use super::{verified, SchedSwitch, Tracer};
 use crate::resolve::kernel::{tracefs, Tracepoint};
 use crate::resolve::{ResolvedPhase, Status};
 
@@ -148,7 +148,7 @@ impl Tracer {
         if first {
             verified(program::SCHED_SWITCH, prog.load())?;
             let link = attach_sched_switch(prog)?;
-            self.off_cpu = Some(super::OffCpuLink(Some(link)));
+            self.off_cpu = Some(SchedSwitch::Live(link));
         }
         Ok(())
     }
@@ -159,23 +159,27 @@ impl Tracer {
     /// second, 330 ns each, 0.9% of two CPUs), in the windows that measure the program's own
     /// pace.
     pub fn pause_off_cpu(&mut self, paused: bool) -> Result<()> {
-        let Some(mut link) = self.off_cpu.take() else {
+        let Some(state) = self.off_cpu.take() else {
             return Ok(());
         };
-        let prog: &mut TracePoint = self
+        let prog = self
             .ebpf
             .program_mut(program::SCHED_SWITCH)
-            .context("BPF object has no sched_switch program")?
-            .try_into()?;
-        let done = match (paused, link.0.take()) {
-            (true, Some(id)) => prog.detach(id).context("detach sched:sched_switch"),
-            (false, None) => attach_sched_switch(prog).map(|id| link.0 = Some(id)),
-            (_, id) => {
-                link.0 = id;
-                Ok(())
-            }
+            .context("BPF object has no sched_switch program")
+            .and_then(|p| <&mut TracePoint>::try_from(p).map_err(Into::into));
+        let (state, done) = match (prog, paused, state) {
+            (Err(e), _, state) => (state, Err(e)),
+            (Ok(prog), true, SchedSwitch::Live(id)) => (
+                SchedSwitch::Paused,
+                prog.detach(id).context("detach sched:sched_switch"),
+            ),
+            (Ok(prog), false, SchedSwitch::Paused) => match attach_sched_switch(prog) {
+                Ok(id) => (SchedSwitch::Live(id), Ok(())),
+                Err(e) => (SchedSwitch::Paused, Err(e)),
+            },
+            (Ok(_), _, state) => (state, Ok(())),
         };
-        self.off_cpu = Some(link);
+        self.off_cpu = Some(state);
         done
     }
 

@@ -139,13 +139,17 @@ pub struct Tracer {
     last_sweep: std::time::Instant,
     /// The stacks CPU samples carried, stored by the collector.
     copied_stacks: copied_stacks::SharedStacks,
-    /// sched:sched_switch following the traced threads ([`Tracer::attach_off_cpu`]): its
-    /// link, None while a duty cycle has it off ([`Tracer::pause_off_cpu`]).
-    off_cpu: Option<OffCpuLink>,
+    /// sched:sched_switch following the traced threads, once [`Tracer::attach_off_cpu`] ran.
+    off_cpu: Option<SchedSwitch>,
 }
 
-/// sched:sched_switch's link, or none while it is paused.
-struct OffCpuLink(Option<aya::programs::trace_point::TracePointLinkId>);
+/// Whether sched:sched_switch is attached now ([`Tracer::pause_off_cpu`]).
+enum SchedSwitch {
+    /// Attached, through this link.
+    Live(aya::programs::trace_point::TracePointLinkId),
+    /// Off while a duty cycle has the probes off.
+    Paused,
+}
 
 /// One calibration function to probe (`probe_cost::calibrate`).
 #[derive(Debug, Clone, Copy)]
