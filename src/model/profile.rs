@@ -82,6 +82,14 @@ impl ReturnMode {
         }
     }
 
+    /// The mode outputs spell `name` ([`ReturnMode::as_str`]); None for `-` (not attached).
+    pub fn from_name(name: &str) -> Option<ReturnMode> {
+        use ReturnMode::*;
+        [Auto, RetSites, Uretprobe, Guarded]
+            .into_iter()
+            .find(|m| m.as_str() == name)
+    }
+
     /// Whether the return is a kernel uretprobe (plain or guarded): one probe per function,
     /// at its entry, instead of one per exit site.
     pub fn uses_uretprobe(self) -> bool {

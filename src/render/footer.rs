@@ -53,11 +53,8 @@ fn write_units(run: &Run, out: &mut String) {
 /// and the error; only the classes the run's phases use.
 fn write_calibration(run: &Run, c: &crate::model::Calibration, out: &mut String) {
     // A guarded phase returns through a uretprobe too, priced as a plain one.
-    let uretprobe = |mode: &str| {
-        [ReturnMode::Uretprobe, ReturnMode::Guarded]
-            .iter()
-            .any(|m| m.as_str() == mode)
-    };
+    let uretprobe =
+        |mode: &str| ReturnMode::from_name(mode).is_some_and(ReturnMode::uses_uretprobe);
     let used = |k: &crate::model::ClassCost| {
         let class = crate::model::class_name(k.entry);
         run.phases.iter().any(|p| {

@@ -250,21 +250,22 @@ fn bpftool(what: &str) -> Vec<serde_json::Value> {
 
 /// Ids of the wprof BPF programs loaded on the host.
 pub fn wprof_program_ids() -> Vec<u64> {
+    wprof_programs().into_keys().collect()
+}
+
+/// The wprof BPF programs loaded on the host: id -> name.
+fn wprof_programs() -> std::collections::HashMap<u64, String> {
     bpftool("prog")
         .iter()
-        .filter(|p| p["name"].as_str().is_some_and(|n| n.starts_with("wprof_")))
-        .filter_map(|p| p["id"].as_u64())
+        .filter_map(|p| Some((p["id"].as_u64()?, p["name"].as_str()?.to_string())))
+        .filter(|(_, n)| n.starts_with("wprof_"))
         .collect()
 }
 
 /// The names of the wprof programs that links point at now, one entry a link (a program
 /// attached twice is named twice).
 pub fn wprof_linked_programs() -> Vec<String> {
-    let names: std::collections::HashMap<u64, String> = bpftool("prog")
-        .iter()
-        .filter_map(|p| Some((p["id"].as_u64()?, p["name"].as_str()?.to_string())))
-        .filter(|(_, n)| n.starts_with("wprof_"))
-        .collect();
+    let names = wprof_programs();
     bpftool("link")
         .iter()
         .filter_map(|l| names.get(&l["prog_id"].as_u64()?).cloned())
